@@ -1,0 +1,485 @@
+"""The one place that knows how to patch: registry, gating, alias rebinding, undo log, lock.
+
+Fix modules (``kornia_halfpatch.fixes.*``) only describe *what* to replace and *how to compute*;
+everything about *installing* a replacement lives here:
+
+* Targets are resolved with ``wrapt.resolve_path`` and the first candidate path that exists in
+  the installed release wins (kornia moves functions between releases).
+* The replacement is a plain Python function built by the fix, never a wrapt proxy: dynamo
+  inlines ``__wrapped__`` of a proxy and TorchScript compiles its source, so a proxy silently
+  runs the unpatched code under ``torch.compile``/``torch.jit.script``. A plain function with its
+  own source is what both compile.
+* Kornia modules bind functions by name (``from kornia.utils import create_meshgrid``), so every
+  ``kornia*`` module attribute that *is* the original gets the replacement. Modules imported
+  later then bind the replacement too, because every module they could import it from has been
+  rebound. Non-kornia modules holding the original are reported as stale (warned once).
+* If kornia is not imported yet, applying is deferred with a wrapt post-import hook.
+* Every change goes into an undo log; ``revert`` restores exactly the originals, including in
+  modules imported after ``apply`` that bound the replacement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import sys
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import wrapt
+
+from . import _environment as environment
+
+logger = logging.getLogger("kornia_halfpatch")
+
+
+class HalfPatchWarning(UserWarning):
+    """Something the shim could not do, or did not do, that a user should know about."""
+
+
+# --------------------------------------------------------------------------------------------
+# What fix modules declare
+
+
+@dataclass(frozen=True)
+class Target:
+    """One attribute to replace.
+
+    ``candidates`` are ``"module:attribute.path"`` strings tried in order; the first that
+    resolves is used (``"kornia.geometry.grid:create_meshgrid"`` on 0.8.3,
+    ``"kornia.utils.grid:create_meshgrid"`` before). ``build(original)`` returns the replacement.
+    ``parameters`` is the shape check: the original's leading parameter names must equal it.
+    """
+
+    candidates: Tuple[str, ...]
+    build: Callable[[Any], Any]
+    parameters: Optional[Tuple[str, ...]] = None
+    optional: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.candidates[0].split(":")[-1]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A backported upstream fix.
+
+    ``check(originals)`` receives the resolved originals (``None`` for absent optional targets)
+    and returns ``None`` when the bug is present and the fix should go in, or the reason to skip.
+    It is the behaviour probe that keeps the shim from patching a release it does not know.
+    ``demonstrate()`` (optional) runs a live before/after comparison for the CLI.
+    """
+
+    name: str
+    summary: str
+    targets: Tuple[Target, ...]
+    check: Callable[[Sequence[Any]], Optional[str]] = lambda originals: None
+    demonstrate: Optional[Callable[[], "Demonstration"]] = None
+    upstream: str = environment.UPSTREAM_FIXED_RELEASE
+
+
+@dataclass
+class Demonstration:
+    title: str
+    rows: List[Tuple[str, str, str]] = field(default_factory=list)  # (what, unpatched, patched)
+    holds: bool = True
+    note: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# What the engine reports
+
+
+@dataclass
+class FixStatus:
+    name: str
+    applied: bool
+    reason: str
+    targets: List[str] = field(default_factory=list)
+    rebound: List[str] = field(default_factory=list)
+    stale: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    kornia_version: Optional[str]
+    torch_version: Optional[str]
+    fixes: Dict[str, FixStatus]
+    probes: Dict[str, str] = field(default_factory=dict)
+    deferred: bool = False
+
+    @property
+    def applied(self) -> List[str]:
+        return [name for name, fix in self.fixes.items() if fix.applied]
+
+    @property
+    def skipped(self) -> Dict[str, str]:
+        return {name: fix.reason for name, fix in self.fixes.items() if not fix.applied}
+
+    @property
+    def stale_references(self) -> List[str]:
+        return sorted({ref for fix in self.fixes.values() for ref in fix.stale})
+
+    def __str__(self) -> str:
+        lines = [f"kornia {self.kornia_version or 'not installed'}, torch {self.torch_version or 'not installed'}"]
+        if self.deferred:
+            lines.append("waiting for kornia to be imported; fixes go in then")
+        for fix in self.fixes.values():
+            mark = "applied" if fix.applied else "skipped"
+            lines.append(f"  {fix.name:<20} {mark:<8} {fix.reason}")
+        for key, value in self.probes.items():
+            lines.append(f"  probe {key}: {value}")
+        for ref in self.stale_references:
+            lines.append(f"  stale reference: {ref}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Installed state
+
+
+@dataclass
+class _Installed:
+    """Undo log entry: one replaced target and every alias rebound for it."""
+
+    parent: Any
+    attribute: str
+    original: Any
+    replacement: Any
+    path: str
+    aliases: List[Tuple[Any, str]] = field(default_factory=list)  # (module, attribute)
+
+    @property
+    def is_function(self) -> bool:
+        return inspect.ismodule(self.parent)
+
+
+_lock = threading.RLock()
+_installed: Dict[str, List[_Installed]] = {}
+_statuses: Dict[str, FixStatus] = {}
+_originals_by_replacement: Dict[int, Any] = {}
+_pending_selection: Optional[Tuple[str, ...]] = None
+_import_hook_registered = False
+_warned_stale: set = set()
+
+
+def _registry() -> List[Fix]:
+    from .fixes import load_fixes
+
+    return load_fixes()
+
+
+def fix_names() -> Tuple[str, ...]:
+    from .fixes import FIX_NAMES
+
+    return FIX_NAMES
+
+
+def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Tuple[Tuple[str, ...], Dict[str, str]]:
+    """Which fixes to apply, and why each other one is off. kwargs beat env vars beat defaults."""
+    known = fix_names()
+    only_t = tuple(only) if only is not None else environment.env_list(environment.ENV_ONLY)
+    exclude_t = tuple(exclude) if exclude is not None else environment.env_list(environment.ENV_EXCLUDE)
+    for given in (only_t or ()) + (exclude_t or ()):
+        if given not in known:
+            raise ValueError(f"unknown kornia_halfpatch fix {given!r}; known fixes: {', '.join(known)}")
+    off: Dict[str, str] = {}
+    if environment.env_flag(environment.ENV_DISABLE):
+        return (), {name: f"turned off by the user ({environment.ENV_DISABLE} is set)" for name in known}
+    selected = []
+    for name in known:
+        if only_t is not None and name not in only_t:
+            off[name] = "turned off by the user (not selected)"
+        elif exclude_t is not None and name in exclude_t:
+            off[name] = "turned off by the user (excluded)"
+        else:
+            selected.append(name)
+    return tuple(selected), off
+
+
+# --------------------------------------------------------------------------------------------
+# Module scanning
+
+
+def _is_kornia_module(name: str) -> bool:
+    return name == "kornia" or name.startswith("kornia.")
+
+
+def _module_items() -> Iterator[Tuple[str, Any, Dict[str, Any]]]:
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) if module is not None else None
+        if isinstance(namespace, dict):
+            yield name, module, namespace
+
+
+def _bindings_of(obj: Any) -> List[Tuple[str, Any, str]]:
+    """Every (module name, module, attribute) whose value *is* ``obj``, read from ``__dict__``
+    so that lazy module ``__getattr__`` hooks are never triggered."""
+    found = []
+    for name, module, namespace in _module_items():
+        for attribute, value in list(namespace.items()):
+            if value is obj:
+                found.append((name, module, attribute))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Resolving and installing
+
+
+def _resolve(target: Target) -> Tuple[Optional[Tuple[Any, str, Any, str]], str]:
+    errors = []
+    for candidate in target.candidates:
+        module_name, _, path = candidate.partition(":")
+        try:
+            parent, attribute, original = wrapt.resolve_path(module_name, path)
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{candidate}: {exc.__class__.__name__}")
+            continue
+        return (parent, attribute, original, candidate), ""
+    return None, "; ".join(errors)
+
+
+def _shape_problem(target: Target, original: Any) -> Optional[str]:
+    if target.parameters is None:
+        return None
+    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    try:
+        names = tuple(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return f"{target.label} has no inspectable signature"
+    if names[: len(target.parameters)] != target.parameters:
+        return f"{target.label} has parameters {names}, expected {target.parameters}"
+    return None
+
+
+def _install(fix: Fix, resolved: List[Optional[Tuple[Any, str, Any, str]]], status: FixStatus) -> None:
+    entries: List[_Installed] = []
+    for target, found in zip(fix.targets, resolved):
+        if found is None:
+            continue
+        parent, attribute, original, path = found
+        replacement = target.build(original)
+        entry = _Installed(parent, attribute, original, replacement, path)
+        setattr(parent, attribute, replacement)
+        if entry.is_function:
+            for module_name, module, name in _bindings_of(original):
+                if _is_kornia_module(module_name):
+                    setattr(module, name, replacement)
+                    entry.aliases.append((module, name))
+                    status.rebound.append(f"{module_name}.{name}")
+                else:
+                    status.stale.append(f"{module_name}.{name}")
+        _originals_by_replacement[id(replacement)] = original
+        entries.append(entry)
+        status.targets.append(path)
+    _installed[fix.name] = entries
+    for ref in status.stale:
+        if ref not in _warned_stale:
+            _warned_stale.add(ref)
+            warnings.warn(
+                f"{ref} was bound before kornia_halfpatch.apply() and still holds the unpatched "
+                f"function; import it after apply(), or through its kornia module",
+                HalfPatchWarning,
+                stacklevel=4,
+            )
+
+
+def _uninstall(name: str) -> None:
+    for entry in reversed(_installed.pop(name, [])):
+        if entry.is_function:
+            # Restore every module that holds the replacement, including those imported after
+            # apply(), not only the aliases we rebound ourselves.
+            for _, module, attribute in _bindings_of(entry.replacement):
+                setattr(module, attribute, entry.original)
+        elif entry.parent.__dict__.get(entry.attribute) is entry.replacement:
+            setattr(entry.parent, entry.attribute, entry.original)
+        _originals_by_replacement.pop(id(entry.replacement), None)
+
+
+def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Optional[Tuple[Any, str, Any, str]]]], str]:
+    """Return (resolved targets, reason). ``None`` targets mean skip for ``reason``."""
+    if kornia_version is None:
+        return None, "kornia is not installed"
+    version = environment.parse_version(kornia_version)
+    if version >= environment.parse_version(fix.upstream):
+        return None, f"already fixed upstream (kornia {kornia_version} >= {fix.upstream})"
+    resolved: List[Optional[Tuple[Any, str, Any, str]]] = []
+    for target in fix.targets:
+        found, why = _resolve(target)
+        if found is None and not target.optional:
+            return None, f"target absent in kornia {kornia_version}: {why}"
+        if found is not None:
+            problem = _shape_problem(target, found[2])
+            if problem is not None:
+                return None, f"unsupported kornia {kornia_version}: {problem}"
+        resolved.append(found)
+    if all(found is None for found in resolved):
+        return None, f"target absent in kornia {kornia_version}"
+    skip = fix.check([found[2] if found else None for found in resolved])
+    if skip is not None:
+        return None, skip
+    known = kornia_version in environment.KNOWN_KORNIA_RELEASES
+    return resolved, ("bug present" if known else f"bug confirmed by probe on unknown kornia {kornia_version}")
+
+
+def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str]) -> None:
+    kornia_version = environment.kornia_version()
+    unknown = kornia_version is not None and kornia_version not in environment.KNOWN_KORNIA_RELEASES
+    for fix in _registry():
+        if fix.name in _installed:
+            continue
+        if fix.name not in selection:
+            _statuses.setdefault(fix.name, FixStatus(fix.name, False, off.get(fix.name, "not selected")))
+            continue
+        resolved, reason = _gate(fix, kornia_version)
+        status = FixStatus(fix.name, resolved is not None, reason)
+        if resolved is None:
+            if unknown and not reason.startswith("already fixed"):
+                warnings.warn(f"kornia_halfpatch: {fix.name} skipped: {reason}", HalfPatchWarning, stacklevel=3)
+            logger.info("%s skipped: %s", fix.name, reason)
+        else:
+            _install(fix, resolved, status)
+            logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
+        _statuses[fix.name] = status
+
+
+def _on_kornia_imported(module: Any) -> None:
+    global _pending_selection
+    with _lock:
+        if _pending_selection is None:
+            return  # revert() ran before kornia was imported
+        selection, _pending_selection = _pending_selection, None
+        _apply_locked(selection, {})
+
+
+# --------------------------------------------------------------------------------------------
+# Public API (re-exported by kornia_halfpatch/__init__.py)
+
+
+def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None) -> Report:
+    """Apply every fix needed by the installed kornia/torch (or the chosen ones).
+
+    Idempotent and thread-safe. If kornia is not imported yet, the fixes go in when it is.
+    ``KORNIA_HALFPATCH_DISABLE=1`` turns the shim off whatever the code asks;
+    ``KORNIA_HALFPATCH_FIXES`` / ``KORNIA_HALFPATCH_EXCLUDE`` (comma-separated names) choose
+    fixes when ``only`` / ``exclude`` are not given.
+    """
+    global _pending_selection, _import_hook_registered
+    selection, off = _select(only, exclude)
+    with _lock:
+        for name, reason in off.items():
+            if name not in _installed:
+                _statuses[name] = FixStatus(name, False, reason)
+        if not selection:
+            return _report()
+        if not environment.kornia_is_imported():
+            if environment.kornia_version() is None:
+                for name in selection:
+                    _statuses[name] = FixStatus(name, False, "kornia is not installed")
+                return _report()
+            pending = set(_pending_selection or ()) | set(selection)
+            _pending_selection = tuple(name for name in fix_names() if name in pending)
+            if not _import_hook_registered:
+                _import_hook_registered = True
+                wrapt.register_post_import_hook(_on_kornia_imported, "kornia")
+            return _report()
+        _apply_locked(selection, off)
+        return _report()
+
+
+def revert(names: Optional[Iterable[str]] = None) -> None:
+    """Undo the given fixes (all by default): every touched attribute is the original again."""
+    global _pending_selection
+    with _lock:
+        chosen = tuple(names) if names is not None else tuple(fix_names())
+        for name in chosen:
+            if name not in fix_names():
+                raise ValueError(f"unknown kornia_halfpatch fix {name!r}; known fixes: {', '.join(fix_names())}")
+        if _pending_selection is not None:
+            remaining = tuple(n for n in _pending_selection if n not in chosen)
+            _pending_selection = remaining or None
+        for name in reversed(fix_names()):
+            if name in chosen:
+                _uninstall(name)
+                _statuses.pop(name, None)
+
+
+def applied_fixes() -> Tuple[str, ...]:
+    with _lock:
+        return tuple(name for name in fix_names() if name in _installed)
+
+
+@contextlib.contextmanager
+def patched(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None) -> Iterator[Report]:
+    """Apply for the duration of a ``with`` block; afterwards only what this block added is undone.
+
+    Patching is process-global: other threads see the patched kornia while the block runs.
+    """
+    with _lock:
+        before = set(applied_fixes())
+        report = apply(only, exclude)
+        added = [name for name in applied_fixes() if name not in before]
+    try:
+        yield report
+    finally:
+        revert(added)
+
+
+@contextlib.contextmanager
+def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
+    """Run a block on unpatched kornia (for patched-versus-unpatched comparisons), then restore."""
+    with _lock:
+        chosen = set(names) if names is not None else set(fix_names())
+        removed = [name for name in applied_fixes() if name in chosen]
+        revert(removed)
+    try:
+        yield
+    finally:
+        if removed:
+            apply(only=removed)
+
+
+def get_original(obj: Any) -> Any:
+    """The unpatched object behind a replacement installed by the shim (``obj`` itself otherwise)."""
+    return _originals_by_replacement.get(id(obj), obj)
+
+
+def is_patched(obj: Any) -> bool:
+    return id(obj) in _originals_by_replacement
+
+
+def _report() -> Report:
+    probes: Dict[str, str] = {}
+    if environment.kornia_is_imported():
+        from .fixes import collect_probes
+
+        probes = collect_probes()
+    statuses = {name: _statuses.get(name, FixStatus(name, False, "not applied")) for name in fix_names()}
+    if _pending_selection is not None:
+        for name in _pending_selection:
+            statuses[name] = FixStatus(name, False, "deferred until kornia is imported")
+    return Report(
+        kornia_version=environment.kornia_version(),
+        torch_version=environment.torch_version(),
+        fixes=statuses,
+        probes=probes,
+        deferred=_pending_selection is not None,
+    )
+
+
+def status() -> Report:
+    """Per fix: applied or not and why; versions; probe results; stale references (rescanned now)."""
+    with _lock:
+        for name, entries in _installed.items():
+            stale = []
+            for entry in entries:
+                if entry.is_function:
+                    stale += [f"{m}.{a}" for m, _, a in _bindings_of(entry.original) if not _is_kornia_module(m)]
+            if name in _statuses:
+                _statuses[name].stale = stale
+        return _report()

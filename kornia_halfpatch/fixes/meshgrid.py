@@ -1,0 +1,132 @@
+"""create_meshgrid / create_meshgrid3d: half grids built in float32, narrowed once (SPEC F1).
+
+Bug: the old code normalizes with ``(xs / (size - 1) - 0.5) * 2`` as three float16/bfloat16 ops,
+each rounding, on a ``linspace`` ramp that is itself off by up to 1 ulp once ``size - 1`` is not
+representable. Inductor fuses the chain in float32 and rounds once, so eager and compiled grids
+differ (bfloat16 width 300: 0.0117). Fix: for half dtypes with normalized coordinates, run the
+installed release's own float32 computation and narrow once; a float32 ramp of integers is
+exact, so every execution mode rounds the same float32 value once. Everything else calls the
+original unchanged, so float32/float64/integer and pixel grids stay bit-for-bit.
+
+Targets: kornia.utils.grid (0.7.0-0.8.2) or kornia.geometry.grid (0.8.3, behind deprecation
+wrappers that call a captured ``_create_meshgrid``; the engine rebinds that capture too).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .._engine import Demonstration, Fix, Target
+
+MESHGRID_PARAMETERS = ("height", "width", "normalized_coordinates", "device", "dtype")
+
+
+def _grid_dtype(device: Optional[torch.device], dtype: Optional[torch.dtype]) -> torch.dtype:
+    # Read off a tensor, not torch.get_default_dtype(): TorchScript has no builtin for the latter
+    # and would constant-fold a factory call that does not depend on an argument.
+    if dtype is not None:
+        return dtype
+    return torch.empty(0, device=device).dtype
+
+
+def build_create_meshgrid(original: Any) -> Any:
+    def create_meshgrid(
+        height: int,
+        width: int,
+        normalized_coordinates: bool = True,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> torch.Tensor:
+        grid_dtype = _grid_dtype(device, dtype)
+        if normalized_coordinates and (grid_dtype == torch.float16 or grid_dtype == torch.bfloat16):
+            return original(height, width, normalized_coordinates, device, torch.float32).to(grid_dtype)
+        return original(height, width, normalized_coordinates, device, grid_dtype)
+
+    return _like(create_meshgrid, original)
+
+
+def build_create_meshgrid3d(original: Any) -> Any:
+    def create_meshgrid3d(
+        depth: int,
+        height: int,
+        width: int,
+        normalized_coordinates: bool = True,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> torch.Tensor:
+        grid_dtype = _grid_dtype(device, dtype)
+        if normalized_coordinates and (grid_dtype == torch.float16 or grid_dtype == torch.bfloat16):
+            return original(depth, height, width, normalized_coordinates, device, torch.float32).to(grid_dtype)
+        return original(depth, height, width, normalized_coordinates, device, grid_dtype)
+
+    return _like(create_meshgrid3d, original)
+
+
+def _like(replacement: Any, original: Any) -> Any:
+    # Same defaults as the installed release (0.7.0 defaults to cpu/float32, later to None).
+    # No __wrapped__: inspect.getsource would follow it and TorchScript would compile the original.
+    replacement.__defaults__ = original.__defaults__
+    replacement.__doc__ = original.__doc__
+    return replacement
+
+
+def _check(originals: Sequence[Any]) -> Optional[str]:
+    create_meshgrid = originals[0]
+    eager = create_meshgrid(2, 300, True, torch.device("cpu"), torch.bfloat16)
+    widened = create_meshgrid(2, 300, True, torch.device("cpu"), torch.float32).to(torch.bfloat16)
+    if torch.equal(eager, widened):
+        return "not needed: this create_meshgrid already rounds half grids once"
+    return None
+
+
+def demonstrate() -> Demonstration:
+    import kornia_halfpatch
+
+    def max_eager_compiled_gap(dtype: torch.dtype, width: int) -> float:
+        from kornia.geometry.transform import HomographyWarper  # noqa: F401  (kornia imported)
+        import kornia.utils
+
+        make = kornia.utils.create_meshgrid if hasattr(kornia.utils, "create_meshgrid") else kornia.geometry.create_meshgrid
+
+        def grid(h: int, w: int) -> torch.Tensor:
+            return make(h, w, True, torch.device("cpu"), dtype)
+
+        torch._dynamo.reset()
+        compiled = torch.compile(grid, fullgraph=True)
+        gap = (compiled(2, width).float() - grid(2, width).float()).abs().max().item()
+        torch._dynamo.reset()
+        return gap
+
+    demo = Demonstration("create_meshgrid: eager vs torch.compile, max |difference| of half grids")
+    holds = True
+    for dtype, width in ((torch.bfloat16, 300), (torch.float16, 6000)):
+        with kornia_halfpatch.unpatched(["meshgrid"]):
+            before = max_eager_compiled_gap(dtype, width)
+        with kornia_halfpatch.patched(only=["meshgrid"]):
+            after = max_eager_compiled_gap(dtype, width)
+        holds = holds and after == 0.0
+        demo.rows.append((f"{str(dtype)[6:]} width {width}", f"{before:.4g}", f"{after:.4g}"))
+    demo.holds = holds
+    return demo
+
+
+FIX = Fix(
+    name="meshgrid",
+    summary="create_meshgrid/create_meshgrid3d half grids: float32 arithmetic, one rounding",
+    targets=(
+        Target(
+            ("kornia.geometry.grid:create_meshgrid", "kornia.utils.grid:create_meshgrid"),
+            build_create_meshgrid,
+            MESHGRID_PARAMETERS,
+        ),
+        Target(
+            ("kornia.geometry.grid:create_meshgrid3d", "kornia.utils.grid:create_meshgrid3d"),
+            build_create_meshgrid3d,
+            ("depth",) + MESHGRID_PARAMETERS,
+        ),
+    ),
+    check=_check,
+    demonstrate=demonstrate,
+)
