@@ -182,8 +182,12 @@ def fix_names() -> Tuple[str, ...]:
 def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Tuple[Tuple[str, ...], Dict[str, str]]:
     """Which fixes to apply, and why each other one is off. kwargs beat env vars beat defaults."""
     known = fix_names()
-    only_t = tuple(only) if only is not None else environment.env_list(environment.ENV_ONLY)
-    exclude_t = tuple(exclude) if exclude is not None else environment.env_list(environment.ENV_EXCLUDE)
+    if only is None and exclude is None:
+        only_t = environment.env_list(environment.ENV_ONLY)
+        exclude_t = environment.env_list(environment.ENV_EXCLUDE)
+    else:  # a selection in code replaces the one from the environment as a whole
+        only_t = tuple(only) if only is not None else None
+        exclude_t = tuple(exclude) if exclude is not None else None
     for given in (only_t or ()) + (exclude_t or ()):
         if given not in known:
             raise ValueError(f"unknown kornia_halfpatch fix {given!r}; known fixes: {', '.join(known)}")

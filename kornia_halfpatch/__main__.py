@@ -1,0 +1,68 @@
+"""``kornia-halfpatch`` / ``python -m kornia_halfpatch``: what the shim does on this machine.
+
+Prints the environment and the status of every fix, then runs each applied fix's live
+before/after demonstration. Exits 1 if a fix that should hold does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="kornia-halfpatch", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="demonstrate only this fix (repeatable)")
+    parser.add_argument("--no-demo", action="store_true", help="print the status only")
+    args = parser.parse_args(argv)
+
+    import kornia  # noqa: F401  (the shim patches kornia as it is imported)
+    import torch
+
+    import kornia_halfpatch
+    from kornia_halfpatch.fixes import load_fixes
+
+    torch.manual_seed(0)
+    report = kornia_halfpatch.apply()
+    print(f"kornia-halfpatch {kornia_halfpatch.__version__} on {sys.platform}, python {sys.version.split()[0]}")
+    print(report)
+    if args.no_demo:
+        return 0
+
+    chosen = set(args.only) if args.only else None
+    failures = []
+    for fix in load_fixes():
+        if chosen is not None and fix.name not in chosen:
+            continue
+        print()
+        if fix.name not in report.applied:
+            print(f"[{fix.name}] not applied here: {report.fixes[fix.name].reason}")
+            continue
+        if fix.demonstrate is None:
+            print(f"[{fix.name}] no demonstration")
+            continue
+        started = time.perf_counter()
+        demo = fix.demonstrate()
+        elapsed = time.perf_counter() - started
+        verdict = "holds" if demo.holds else "DOES NOT HOLD"
+        print(f"[{fix.name}] {demo.title}  ({verdict}, {elapsed:.1f} s)")
+        width = max([len(row[0]) for row in demo.rows] + [10])
+        print(f"    {'case':<{width}}  {'unpatched':<24}  patched")
+        for what, before, after in demo.rows:
+            print(f"    {what:<{width}}  {before:<24}  {after}")
+        if demo.note:
+            print(f"    {demo.note}")
+        if not demo.holds:
+            failures.append(fix.name)
+    print()
+    if failures:
+        print(f"FAILED: {', '.join(failures)} did not hold on this machine")
+        return 1
+    print("every applied fix holds on this machine")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

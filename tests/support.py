@@ -1,0 +1,56 @@
+"""Helpers shared by the tests: what the installed kornia is, and where its functions live."""
+
+import importlib
+import subprocess
+import sys
+import textwrap
+
+import kornia
+import pytest
+import torch
+
+from kornia_halfpatch._environment import parse_version
+
+KORNIA = parse_version(kornia.__version__)
+UPSTREAM_FIXED = KORNIA >= (0, 9, 0)
+HALF_DTYPES = [torch.float16, torch.bfloat16]
+FULL_DTYPES = [torch.float32, torch.float64]
+
+needs_old_kornia = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0 already has the fix; nothing is patched")
+
+
+def grid_module():
+    """The module that defines create_meshgrid in the installed release."""
+    for name in ("kornia.geometry.grid", "kornia.utils.grid"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if "create_meshgrid" in vars(module) and "_create_meshgrid" not in vars(module):
+            return module
+    raise AssertionError("no create_meshgrid in this kornia")
+
+
+def run_python(code: str, env=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter (import order, crashes, env vars)."""
+    import os
+
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal dtype, shape and bits (NaNs with equal payloads compare equal)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.is_floating_point:
+        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+    return torch.equal(a, b)
