@@ -31,11 +31,13 @@ MESHGRID_PARAMETERS = ("height", "width", "normalized_coordinates", "device", "d
 
 
 def _grid_dtype(device: Optional[torch.device], dtype: Optional[torch.dtype]) -> torch.dtype:
-    # Read off a tensor, not torch.get_default_dtype(): TorchScript has no builtin for the latter
-    # and would constant-fold a factory call that does not depend on an argument.
     if dtype is not None:
         return dtype
-    return torch.empty(0, device=device).dtype
+    if torch.jit.is_scripting():
+        # TorchScript has no builtin for torch.get_default_dtype() and would constant-fold a
+        # factory call that does not depend on an argument: read it off a tensor on the device.
+        return torch.empty(0, device=device).dtype
+    return torch.get_default_dtype()  # eager/compile: no allocation on the float32 hot path
 
 
 def _half_pixel_ramp(size: int, device: Optional[torch.device], dtype: torch.dtype) -> torch.Tensor:
