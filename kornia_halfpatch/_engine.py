@@ -16,18 +16,30 @@ everything about *installing* a replacement lives here:
 * If kornia is not imported yet, applying is deferred with a wrapt post-import hook.
 * Every change goes into an undo log; ``revert`` restores exactly the originals, including in
   modules imported after ``apply`` that bound the replacement.
+* A target with ``scope="kornia"`` replaces a function of another library (torch) for kornia's
+  code only: the function's home module is left alone; every kornia module global that *is* the
+  function gets the replacement, and every kornia module global through which kornia's code
+  reaches it as an attribute (``F.grid_sample``, ``nn.functional.grid_sample``,
+  ``torch.nn.functional.grid_sample``, found in the functions' bytecode) is rebound to a module
+  *view*: a real ``types.ModuleType`` holding the same attributes, with the one on the path
+  swapped. Kornia modules imported later get the same treatment from a ``sys.meta_path`` finder
+  that runs the rebinding right after the module's code has executed.
+* Fixes may take keyword options of ``apply()`` (``Fix.options``, handed to ``Fix.configure``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dis
+import importlib.abc
 import inspect
 import logging
 import sys
 import threading
+import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import wrapt
 
@@ -43,6 +55,11 @@ class HalfPatchWarning(UserWarning):
 # --------------------------------------------------------------------------------------------
 # What fix modules declare
 
+# Where a replacement goes. "everywhere": on its home module or class, plus every kornia alias
+# (the default). "kornia": kornia's code only, through aliases and module views (see docstring).
+SCOPE_EVERYWHERE = "everywhere"
+SCOPE_KORNIA = "kornia"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -52,12 +69,15 @@ class Target:
     resolves is used (``"kornia.geometry.grid:create_meshgrid"`` on 0.8.3,
     ``"kornia.utils.grid:create_meshgrid"`` before). ``build(original)`` returns the replacement.
     ``parameters`` is the shape check: the original's leading parameter names must equal it.
+    ``scope`` is ``SCOPE_EVERYWHERE`` or ``SCOPE_KORNIA`` (module-level functions only), or a
+    callable returning one, asked at install time (after ``Fix.configure``).
     """
 
     candidates: Tuple[str, ...]
     build: Callable[[Any], Any]
     parameters: Optional[Tuple[str, ...]] = None
     optional: bool = False
+    scope: Union[str, Callable[[], str]] = SCOPE_EVERYWHERE
 
     @property
     def label(self) -> str:
@@ -80,6 +100,10 @@ class Fix:
     check: Callable[[Sequence[Any]], Optional[str]] = lambda originals: None
     demonstrate: Optional[Callable[[], "Demonstration"]] = None
     upstream: str = environment.UPSTREAM_FIXED_RELEASE
+    # Keyword options of apply() this fix takes; configure(given) runs before each install with
+    # the ones given (an empty dict means defaults) and raises ValueError for bad values.
+    options: Tuple[str, ...] = ()
+    configure: Optional[Callable[[Dict[str, Any]], None]] = None
 
 
 @dataclass
@@ -152,6 +176,9 @@ class _Installed:
     replacement: Any
     path: str
     aliases: List[Tuple[Any, str]] = field(default_factory=list)  # (module, attribute)
+    scope: str = SCOPE_EVERYWHERE
+    views: List[Tuple[Any, str, Any, Any]] = field(default_factory=list)  # (module, global, was, view)
+    view_cache: Dict[int, Any] = field(default_factory=dict)  # id(viewed module) -> its view
 
     @property
     def is_function(self) -> bool:
@@ -163,6 +190,8 @@ _installed: Dict[str, List[_Installed]] = {}
 _statuses: Dict[str, FixStatus] = {}
 _originals_by_replacement: Dict[int, Any] = {}
 _pending_selection: Optional[Tuple[str, ...]] = None
+_pending_options: Dict[str, Any] = {}
+_installed_options: Dict[str, Dict[str, Any]] = {}
 _import_hook_registered = False
 _warned_stale: set = set()
 
@@ -232,6 +261,214 @@ def _bindings_of(obj: Any) -> List[Tuple[str, Any, str]]:
 
 
 # --------------------------------------------------------------------------------------------
+# Kornia-scoped targets: module views, bytecode routes, and kornia modules imported later
+
+
+def _functions_of(namespace: Dict[str, Any]) -> Iterator[Any]:
+    """Python functions reachable from a module namespace: its functions, the methods (static,
+    class, property accessors) of classes defined in it, and what decorators wrap
+    (``__wrapped__``, closure cells), so ``@torch.inference_mode()`` methods are seen."""
+    module_name = namespace.get("__name__")
+    seen: Set[int] = set()
+    pending: List[Any] = list(namespace.values())
+    while pending:
+        value = pending.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, (staticmethod, classmethod)):
+            pending.append(value.__func__)
+        elif isinstance(value, property):
+            pending.extend(f for f in (value.fget, value.fset, value.fdel) if f is not None)
+        elif isinstance(value, type):
+            if getattr(value, "__module__", None) == module_name:
+                pending.extend(vars(value).values())
+        elif isinstance(value, types.FunctionType):
+            yield value
+            wrapped = value.__dict__.get("__wrapped__")
+            if wrapped is not None:
+                pending.append(wrapped)
+            for cell in value.__closure__ or ():
+                try:
+                    content = cell.cell_contents
+                except ValueError:  # empty cell
+                    continue
+                if isinstance(content, types.FunctionType):
+                    pending.append(content)
+
+
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _attribute_routes(namespace: Dict[str, Any], attribute: str) -> Set[Tuple[str, Tuple[str, ...]]]:
+    """How the code of a module reaches ``attribute`` as an attribute of one of its globals:
+    ``{("F", ()), ("torch", ("nn", "functional"))}`` for ``F.grid_sample`` and
+    ``torch.nn.functional.grid_sample``. Read from the bytecode of the functions whose globals
+    are this namespace (only those whose names mention ``attribute`` are disassembled)."""
+    routes: Set[Tuple[str, Tuple[str, ...]]] = set()
+    for function in _functions_of(namespace):
+        if function.__globals__ is not namespace:
+            continue
+        for code in _code_objects(function.__code__):
+            if attribute not in code.co_names:
+                continue
+            instructions = list(dis.get_instructions(code))
+            for index, instruction in enumerate(instructions):
+                if instruction.opname not in ("LOAD_ATTR", "LOAD_METHOD") or instruction.argval != attribute:
+                    continue
+                chain: List[str] = []
+                position = index - 1
+                while position >= 0 and instructions[position].opname == "LOAD_ATTR":
+                    chain.append(instructions[position].argval)
+                    position -= 1
+                if position >= 0 and instructions[position].opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                    routes.add((instructions[position].argval, tuple(reversed(chain))))
+    return routes
+
+
+def _module_view(entry: _Installed, module: Any, chain: Tuple[str, ...]) -> Any:
+    """A ``types.ModuleType`` with ``module``'s attributes (a snapshot; anything missing is read
+    from ``module`` itself) in which the next module on ``chain`` is a view too and, at the end,
+    the target attribute is the replacement. TorchScript and dynamo see an ordinary module."""
+    view = entry.view_cache.get(id(module))
+    if view is not None:
+        return view
+    view = types.ModuleType(module.__name__, module.__doc__)
+    view.__dict__.update(module.__dict__)
+
+    def __getattr__(name: str) -> Any:
+        return getattr(module, name)
+
+    view.__dict__["__getattr__"] = __getattr__
+    view.__dict__["__kornia_halfpatch_view_of__"] = module
+    if chain:
+        view.__dict__[chain[0]] = _module_view(entry, getattr(module, chain[0]), chain[1:])
+    else:
+        view.__dict__[entry.attribute] = entry.replacement
+    entry.view_cache[id(module)] = view
+    return view
+
+
+def _rebind_kornia_scoped(entry: _Installed, module_name: str, module: Any, namespace: Dict[str, Any]) -> List[str]:
+    """Point one kornia module at ``entry.replacement``: its aliases of the original, and its
+    globals on a route to the original (through module views). Returns what was rebound."""
+    done = []
+    for attribute, value in list(namespace.items()):
+        if value is entry.original:
+            setattr(module, attribute, entry.replacement)
+            entry.aliases.append((module, attribute))
+            done.append(f"{module_name}.{attribute}")
+    for root, chain in sorted(_attribute_routes(namespace, entry.attribute)):
+        value = namespace.get(root)
+        holder = value
+        for name in chain:
+            holder = getattr(holder, name, None) if inspect.ismodule(holder) else None
+        if not inspect.ismodule(value) or holder is not entry.parent:
+            continue  # not a route to the original (or already a view)
+        view = _module_view(entry, value, chain)
+        setattr(module, root, view)
+        entry.views.append((module, root, value, view))
+        done.append(f"{module_name}.{root} (view of {value.__name__})")
+    return done
+
+
+def _restore_views(entry: _Installed) -> None:
+    for module, name, was, view in reversed(entry.views):
+        if module.__dict__.get(name) is view:
+            setattr(module, name, was)
+    entry.views.clear()
+    entry.view_cache.clear()
+
+
+def _kornia_scoped_entries() -> List[Tuple[str, _Installed]]:
+    return [(name, e) for name, entries in _installed.items() for e in entries if e.scope == SCOPE_KORNIA]
+
+
+def _on_kornia_module_executed(module: Any) -> None:
+    with _lock:
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            return
+        for fix_name, entry in _kornia_scoped_entries():
+            done = _rebind_kornia_scoped(entry, module.__name__, module, namespace)
+            status = _statuses.get(fix_name)
+            if status is not None:
+                status.rebound.extend(done)
+
+
+class _NotifyingLoader:
+    """Runs the real loader, then tells the engine that a kornia module has executed."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        # The module's code sees its real loader (resources, get_source), not this one.
+        if getattr(module, "__loader__", None) is self:
+            module.__loader__ = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self._loader
+        self._loader.exec_module(module)
+        _on_kornia_module_executed(module)
+
+
+class _KorniaImportWatcher(importlib.abc.MetaPathFinder):
+    """``sys.meta_path`` finder: while a kornia-scoped target is installed, kornia modules are
+    loaded through ``_NotifyingLoader``. It finds nothing itself; it asks the finders after it."""
+
+    def __init__(self) -> None:
+        self._busy = threading.local()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if not _is_kornia_module(fullname) or not _kornia_scoped_entries():
+            return None
+        busy = self._busy.__dict__.setdefault("names", set())
+        if fullname in busy:
+            return None
+        busy.add(fullname)
+        try:
+            for finder in list(sys.meta_path):
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            busy.discard(fullname)
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module") or isinstance(loader, _NotifyingLoader):
+            return spec
+        spec.loader = _NotifyingLoader(loader)
+        return spec
+
+
+_import_watcher = _KorniaImportWatcher()
+
+
+def _watch_kornia_imports() -> None:
+    if _import_watcher not in sys.meta_path:
+        sys.meta_path.insert(0, _import_watcher)
+
+
+def _unwatch_kornia_imports() -> None:
+    if not _kornia_scoped_entries() and _import_watcher in sys.meta_path:
+        sys.meta_path.remove(_import_watcher)
+
+
+# --------------------------------------------------------------------------------------------
 # Resolving and installing
 
 
@@ -268,9 +505,19 @@ def _install(fix: Fix, resolved: List[Optional[Tuple[Any, str, Any, str]]], stat
             continue
         parent, attribute, original, path = found
         replacement = target.build(original)
-        entry = _Installed(parent, attribute, original, replacement, path)
-        setattr(parent, attribute, replacement)
-        if entry.is_function:
+        scope = target.scope() if callable(target.scope) else target.scope
+        entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
+        if scope == SCOPE_KORNIA:
+            if not entry.is_function:
+                raise TypeError(f"{path}: scope {SCOPE_KORNIA!r} is for module-level functions")
+            # The home module (torch) keeps its function; kornia's code gets the replacement.
+            for module_name, module, namespace in _module_items():
+                if _is_kornia_module(module_name):
+                    status.rebound.extend(_rebind_kornia_scoped(entry, module_name, module, namespace))
+            _watch_kornia_imports()
+        else:
+            setattr(parent, attribute, replacement)
+        if entry.is_function and scope != SCOPE_KORNIA:
             for module_name, module, name in _bindings_of(original):
                 if _is_kornia_module(module_name):
                     setattr(module, name, replacement)
@@ -302,7 +549,10 @@ def _uninstall(name: str) -> None:
                 setattr(module, attribute, entry.original)
         elif entry.parent.__dict__.get(entry.attribute) is entry.replacement:
             setattr(entry.parent, entry.attribute, entry.original)
+        _restore_views(entry)
         _originals_by_replacement.pop(id(entry.replacement), None)
+    _installed_options.pop(name, None)
+    _unwatch_kornia_imports()
 
 
 def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Optional[Tuple[Any, str, Any, str]]]], str]:
@@ -331,15 +581,31 @@ def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Option
     return resolved, ("bug present" if known else f"bug confirmed by probe on unknown kornia {kornia_version}")
 
 
-def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str]) -> None:
+def _check_options(options: Dict[str, Any]) -> None:
+    if not options:
+        return
+    accepted = {option for fix in _registry() for option in fix.options}
+    for option in options:
+        if option not in accepted:
+            raise TypeError(
+                f"unknown kornia_halfpatch option {option!r}; fixes take: {', '.join(sorted(accepted)) or 'none'}"
+            )
+
+
+def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
     kornia_version = environment.kornia_version()
     unknown = kornia_version is not None and kornia_version not in environment.KNOWN_KORNIA_RELEASES
     for fix in _registry():
+        given = {key: value for key, value in (options or {}).items() if key in fix.options}
         if fix.name in _installed:
-            continue
+            if not given or fix.name not in selection or given == _installed_options.get(fix.name):
+                continue
+            _uninstall(fix.name)  # asked for with other options: reinstall with those
         if fix.name not in selection:
             _statuses.setdefault(fix.name, FixStatus(fix.name, False, off.get(fix.name, "not selected")))
             continue
+        if fix.configure is not None:
+            fix.configure(given)
         resolved, reason = _gate(fix, kornia_version)
         status = FixStatus(fix.name, resolved is not None, reason)
         if resolved is None:
@@ -348,6 +614,7 @@ def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str]) -> None:
             logger.info("%s skipped: %s", fix.name, reason)
         else:
             _install(fix, resolved, status)
+            _installed_options[fix.name] = given
             logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
         _statuses[fix.name] = status
 
@@ -358,27 +625,34 @@ def _on_kornia_imported(module: Any) -> None:
         if _pending_selection is None:
             return  # revert() ran before kornia was imported
         selection, _pending_selection = _pending_selection, None
-        _apply_locked(selection, {})
+        options = dict(_pending_options)
+        _pending_options.clear()
+        _apply_locked(selection, {}, options)
 
 
 # --------------------------------------------------------------------------------------------
 # Public API (re-exported by kornia_halfpatch/__init__.py)
 
 
-def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None) -> Report:
+def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None, **options: Any) -> Report:
     """Apply every fix needed by the installed kornia/torch (or the chosen ones).
 
     Idempotent and thread-safe. If kornia is not imported yet, the fixes go in when it is.
     ``KORNIA_HALFPATCH_DISABLE=1`` turns the shim off whatever the code asks;
     ``KORNIA_HALFPATCH_FIXES`` / ``KORNIA_HALFPATCH_EXCLUDE`` (comma-separated names) choose
-    fixes when ``only`` / ``exclude`` are not given.
+    fixes when ``only`` / ``exclude`` are not given. Keyword ``options`` go to the fixes that
+    declare them (e.g. ``grid_sample_workaround=...``); an installed fix given different options
+    is reinstalled with them.
     """
     global _pending_selection, _import_hook_registered
     selection, off = _select(only, exclude)
+    _check_options(options)
     with _lock:
         for name, reason in off.items():
+            # A narrower selection (apply(only=...), unpatched() restoring) must not overwrite
+            # what an earlier apply() found out about the other fixes.
             if name not in _installed:
-                _statuses[name] = FixStatus(name, False, reason)
+                _statuses.setdefault(name, FixStatus(name, False, reason))
         if not selection:
             return _report()
         if not environment.kornia_is_imported():
@@ -388,11 +662,12 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
                 return _report()
             pending = set(_pending_selection or ()) | set(selection)
             _pending_selection = tuple(name for name in fix_names() if name in pending)
+            _pending_options.update(options)
             if not _import_hook_registered:
                 _import_hook_registered = True
                 wrapt.register_post_import_hook(_on_kornia_imported, "kornia")
             return _report()
-        _apply_locked(selection, off)
+        _apply_locked(selection, off, options)
         return _report()
 
 
@@ -407,6 +682,8 @@ def revert(names: Optional[Iterable[str]] = None) -> None:
         if _pending_selection is not None:
             remaining = tuple(n for n in _pending_selection if n not in chosen)
             _pending_selection = remaining or None
+            if _pending_selection is None:
+                _pending_options.clear()
         for name in reversed(fix_names()):
             if name in chosen:
                 _uninstall(name)
@@ -419,19 +696,28 @@ def applied_fixes() -> Tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def patched(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None) -> Iterator[Report]:
-    """Apply for the duration of a ``with`` block; afterwards only what this block added is undone.
+def patched(
+    only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None, **options: Any
+) -> Iterator[Report]:
+    """Apply for the duration of a ``with`` block; afterwards only what this block added is undone
+    (and fixes the block reinstalled with other ``options`` get their previous options back).
 
     Patching is process-global: other threads see the patched kornia while the block runs.
     """
     with _lock:
         before = set(applied_fixes())
-        report = apply(only, exclude)
+        previous = {name: dict(_installed_options.get(name, {})) for name in before}
+        report = apply(only, exclude, **options)
         added = [name for name in applied_fixes() if name not in before]
+        changed = [name for name in before if name in _installed and _installed_options.get(name) != previous[name]]
     try:
         yield report
     finally:
-        revert(added)
+        with _lock:
+            revert(added)
+            for name in changed:
+                revert([name])
+                apply(only=[name], **previous[name])
 
 
 @contextlib.contextmanager
@@ -440,12 +726,15 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
     with _lock:
         chosen = set(names) if names is not None else set(fix_names())
         removed = [name for name in applied_fixes() if name in chosen]
+        options: Dict[str, Any] = {}
+        for name in removed:
+            options.update(_installed_options.get(name, {}))
         revert(removed)
     try:
         yield
     finally:
         if removed:
-            apply(only=removed)
+            apply(only=removed, **options)
 
 
 def get_original(obj: Any) -> Any:
@@ -482,7 +771,7 @@ def status() -> Report:
         for name, entries in _installed.items():
             stale = []
             for entry in entries:
-                if entry.is_function:
+                if entry.is_function and entry.scope != SCOPE_KORNIA:
                     stale += [f"{m}.{a}" for m, _, a in _bindings_of(entry.original) if not _is_kornia_module(m)]
             if name in _statuses:
                 _statuses[name].stale = stale
