@@ -498,6 +498,16 @@ def _shape_problem(target: Target, original: Any) -> Optional[str]:
     return None
 
 
+def _forget_torchscript_class(cls: Any) -> None:
+    """``torch.jit.script`` caches one compiled type per ``nn.Module`` class and reuses its methods
+    for later instances, so a class scripted before a method was swapped would keep compiling the
+    old method. Forget the class whenever one of its methods is replaced or restored."""
+    torch_jit = sys.modules.get("torch.jit._recursive")
+    store = getattr(getattr(torch_jit, "concrete_type_store", None), "type_store", None)
+    if isinstance(store, dict):  # private API: absent in some torch, nothing cached then
+        store.pop(cls, None)
+
+
 def _install(fix: Fix, resolved: List[Optional[Tuple[Any, str, Any, str]]], status: FixStatus) -> None:
     entries: List[_Installed] = []
     for target, found in zip(fix.targets, resolved):
@@ -517,6 +527,8 @@ def _install(fix: Fix, resolved: List[Optional[Tuple[Any, str, Any, str]]], stat
             _watch_kornia_imports()
         else:
             setattr(parent, attribute, replacement)
+            if inspect.isclass(parent):
+                _forget_torchscript_class(parent)
         if entry.is_function and scope != SCOPE_KORNIA:
             for module_name, module, name in _bindings_of(original):
                 if _is_kornia_module(module_name):
@@ -549,6 +561,7 @@ def _uninstall(name: str) -> None:
                 setattr(module, attribute, entry.original)
         elif entry.parent.__dict__.get(entry.attribute) is entry.replacement:
             setattr(entry.parent, entry.attribute, entry.original)
+            _forget_torchscript_class(entry.parent)
         _restore_views(entry)
         _originals_by_replacement.pop(id(entry.replacement), None)
     _installed_options.pop(name, None)
