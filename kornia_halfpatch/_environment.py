@@ -77,3 +77,21 @@ def is_half(dtype) -> bool:
     import torch
 
     return dtype == torch.float16 or dtype == torch.bfloat16
+
+
+# --- torch version helpers (grid_sample_cpu) ------------------------------------------------
+
+# Forces the grid_sample CPU workaround: auto, probe, none, no-kernel or overflow (see
+# kornia_halfpatch.fixes.grid_sample_cpu). apply(grid_sample_workaround=...) beats it.
+ENV_GRID_SAMPLE_WORKAROUND = "KORNIA_HALFPATCH_GRID_SAMPLE_WORKAROUND"
+
+
+def torch_version_tuple() -> Optional[VersionTuple]:
+    """The installed torch's version as integers, ``(2, 13, 0)`` for ``"2.13.0+cpu"``; read from
+    the imported module or the distribution metadata, so torch is not imported here."""
+    text = torch_version()
+    return parse_version(text) if text else None
+
+
+def format_version(version: VersionTuple) -> str:
+    return ".".join(str(part) for part in version)

@@ -12,10 +12,10 @@ from typing import Dict, List
 
 FIX_NAMES = (
     "meshgrid",
-    # "descriptor_norm",
-    # "quad_interp_solve",
-    # "laf_patches",
-    # "grid_sample_cpu",
+    "descriptor_norm",
+    "quad_interp_solve",
+    "laf_patches",
+    "grid_sample_cpu",
 )
 
 
