@@ -52,6 +52,21 @@ class HalfPatchWarning(UserWarning):
     """Something the shim could not do, or did not do, that a user should know about."""
 
 
+def _warn(message: str, stacklevel: int = 3) -> None:
+    """Warn without ever raising: under ``python -W error`` (or a filter that turns
+    ``HalfPatchWarning`` into an error) ``warnings.warn`` raises, and the shim must not break the
+    program for something it only reports; the message then goes to the log alone."""
+    try:
+        warnings.warn(message, HalfPatchWarning, stacklevel=stacklevel + 1)
+    except Exception:  # noqa: BLE001 - a warning filter set to "error"
+        logger.warning("%s (HalfPatchWarning raised by a warnings filter; logged instead)", message)
+
+
+def _describe_exception(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
 # --------------------------------------------------------------------------------------------
 # What fix modules declare
 
@@ -104,6 +119,9 @@ class Fix:
     # the ones given (an empty dict means defaults) and raises ValueError for bad values.
     options: Tuple[str, ...] = ()
     configure: Optional[Callable[[Dict[str, Any]], None]] = None
+    # Checks the values the caller gave in apply() (raises ValueError), before anything is done;
+    # configure() may still fail on the environment, which then skips the fix as "failed".
+    validate_options: Optional[Callable[[Dict[str, Any]], None]] = None
 
 
 @dataclass
@@ -508,48 +526,82 @@ def _forget_torchscript_class(cls: Any) -> None:
         store.pop(cls, None)
 
 
-def _install(fix: Fix, resolved: List[Optional[Tuple[Any, str, Any, str]]], status: FixStatus) -> None:
+def _adopt_identity(replacement: Any, original: Any) -> None:
+    """Give a replacement the original's name, qualified name, module and docstring.
+
+    Pickle stores a function by reference (``module`` + ``qualname``) and on loading resolves the
+    name to whatever the loading process has there (patched or not); with a closure's own
+    qualified name (``build_x.<locals>.x``) pickling failed ("Can't pickle local object"), and so
+    did every ``functools.partial`` of a patched function sent to a process pool.
+    """
+    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    if not isinstance(replacement, types.FunctionType):
+        return
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        value = getattr(function, attribute, None)
+        if value is not None:
+            setattr(replacement, attribute, value)
+    # inspect.signature(replacement) == inspect.signature(original): the same parameters, but the
+    # original's annotation objects (the fix module's may be strings, or a release's narrower
+    # type). Only where the parameters agree, so that nothing binds arguments differently.
+    # TorchScript reads the annotations of the replacement's own source, not this.
+    try:
+        signature = inspect.signature(function)
+        own = inspect.signature(replacement)
+    except (TypeError, ValueError):
+        return
+    if [(p.name, p.kind, p.default) for p in own.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in signature.parameters.values()
+    ]:
+        replacement.__signature__ = signature
+
+
+def _install(fix: Fix, resolved: List[Optional[Tuple[Any, str, Any, str]]], status: FixStatus) -> List[str]:
+    """Install every resolved target of ``fix``; returns the stale references to warn about.
+
+    All or nothing: if building or installing any target raises, what was installed so far is
+    rolled back (every alias, view and class attribute) before the exception propagates.
+    """
     entries: List[_Installed] = []
-    for target, found in zip(fix.targets, resolved):
-        if found is None:
-            continue
-        parent, attribute, original, path = found
-        replacement = target.build(original)
-        scope = target.scope() if callable(target.scope) else target.scope
-        entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
-        if scope == SCOPE_KORNIA:
-            if not entry.is_function:
+    _installed[fix.name] = entries  # first, so that a rollback finds a half-done install
+    try:
+        for target, found in zip(fix.targets, resolved):
+            if found is None:
+                continue
+            parent, attribute, original, path = found
+            replacement = target.build(original)
+            _adopt_identity(replacement, original)
+            scope = target.scope() if callable(target.scope) else target.scope
+            entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
+            if scope == SCOPE_KORNIA and not entry.is_function:
                 raise TypeError(f"{path}: scope {SCOPE_KORNIA!r} is for module-level functions")
-            # The home module (torch) keeps its function; kornia's code gets the replacement.
-            for module_name, module, namespace in _module_items():
-                if _is_kornia_module(module_name):
-                    status.rebound.extend(_rebind_kornia_scoped(entry, module_name, module, namespace))
-            _watch_kornia_imports()
-        else:
-            setattr(parent, attribute, replacement)
-            if inspect.isclass(parent):
-                _forget_torchscript_class(parent)
-        if entry.is_function and scope != SCOPE_KORNIA:
-            for module_name, module, name in _bindings_of(original):
-                if _is_kornia_module(module_name):
-                    setattr(module, name, replacement)
-                    entry.aliases.append((module, name))
-                    status.rebound.append(f"{module_name}.{name}")
-                else:
-                    status.stale.append(f"{module_name}.{name}")
-        _originals_by_replacement[id(replacement)] = original
-        entries.append(entry)
-        status.targets.append(path)
-    _installed[fix.name] = entries
-    for ref in status.stale:
-        if ref not in _warned_stale:
-            _warned_stale.add(ref)
-            warnings.warn(
-                f"{ref} was bound before kornia_halfpatch.apply() and still holds the unpatched "
-                f"function; import it after apply(), or through its kornia module",
-                HalfPatchWarning,
-                stacklevel=4,
-            )
+            entries.append(entry)
+            _originals_by_replacement[id(replacement)] = original
+            if scope == SCOPE_KORNIA:
+                # The home module (torch) keeps its function; kornia's code gets the replacement.
+                for module_name, module, namespace in _module_items():
+                    if _is_kornia_module(module_name):
+                        status.rebound.extend(_rebind_kornia_scoped(entry, module_name, module, namespace))
+                _watch_kornia_imports()
+            else:
+                setattr(parent, attribute, replacement)
+                if inspect.isclass(parent):
+                    _forget_torchscript_class(parent)
+            if entry.is_function and scope != SCOPE_KORNIA:
+                for module_name, module, name in _bindings_of(original):
+                    if _is_kornia_module(module_name):
+                        setattr(module, name, replacement)
+                        entry.aliases.append((module, name))
+                        status.rebound.append(f"{module_name}.{name}")
+                    else:
+                        status.stale.append(f"{module_name}.{name}")
+            status.targets.append(path)
+    except BaseException:
+        _uninstall(fix.name)
+        raise
+    fresh = [ref for ref in status.stale if ref not in _warned_stale]
+    _warned_stale.update(fresh)
+    return fresh
 
 
 def _uninstall(name: str) -> None:
@@ -594,20 +646,62 @@ def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Option
     return resolved, ("bug present" if known else f"bug confirmed by probe on unknown kornia {kornia_version}")
 
 
-def _check_options(options: Dict[str, Any]) -> None:
-    if not options:
-        return
-    accepted = {option for fix in _registry() for option in fix.options}
+def _check_options(options: Dict[str, Any], selection: Tuple[str, ...]) -> None:
+    """The caller's own settings: unknown option names and bad values (given to apply() or set
+    in a fix's environment variable) raise, clearly, in apply() itself, before anything is
+    patched or deferred."""
+    if not options and not any(environment.env_set(name) for name in environment.FIX_OPTION_ENV_VARS):
+        return  # nothing to check: no fix module (and so no torch) is imported for nothing
+    registry = _registry()
+    accepted = {option for fix in registry for option in fix.options}
     for option in options:
         if option not in accepted:
             raise TypeError(
                 f"unknown kornia_halfpatch option {option!r}; fixes take: {', '.join(sorted(accepted)) or 'none'}"
             )
+    for fix in registry:
+        if fix.name in selection and fix.validate_options is not None:
+            fix.validate_options({key: value for key, value in options.items() if key in fix.options})
+
+
+def _evaluate_and_install(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], notes: List[str]) -> FixStatus:
+    """Gate and install one fix in the probes' clean torch state. Never raises (but for
+    KeyboardInterrupt and the like): a failing configuration, probe, build or install leaves the
+    fix out, rolled back, with the exception in its status, a log record and a warning."""
+    unknown = kornia_version is not None and kornia_version not in environment.KNOWN_KORNIA_RELEASES
+    from ._isolation import probe_state
+
+    try:
+        with probe_state():
+            if fix.configure is not None:
+                fix.configure(given)
+            resolved, reason = _gate(fix, kornia_version)
+            status = FixStatus(fix.name, resolved is not None, reason)
+            if resolved is not None:
+                stale = _install(fix, resolved, status)
+                _installed_options[fix.name] = given
+    except Exception as exc:  # noqa: BLE001 - the shim must not break the program it runs in
+        why = _describe_exception(exc)
+        logger.warning("%s skipped: its probe or install failed: %s", fix.name, why, exc_info=True)
+        notes.append(f"kornia_halfpatch: {fix.name} skipped: its probe or install failed ({why})")
+        return FixStatus(fix.name, False, f"failed: {why}")
+    if resolved is None:
+        if unknown and not reason.startswith("already fixed"):
+            notes.append(f"kornia_halfpatch: {fix.name} skipped: {reason}")
+        logger.info("%s skipped: %s", fix.name, reason)
+        return status
+    logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
+    for ref in stale:
+        notes.append(
+            f"{ref} was bound before kornia_halfpatch.apply() and still holds the unpatched "
+            f"function; import it after apply(), or through its kornia module"
+        )
+    return status
 
 
 def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
     kornia_version = environment.kornia_version()
-    unknown = kornia_version is not None and kornia_version not in environment.KNOWN_KORNIA_RELEASES
+    notes: List[str] = []
     for fix in _registry():
         given = {key: value for key, value in (options or {}).items() if key in fix.options}
         if fix.name in _installed:
@@ -617,30 +711,27 @@ def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Opti
         if fix.name not in selection:
             _statuses.setdefault(fix.name, FixStatus(fix.name, False, off.get(fix.name, "not selected")))
             continue
-        if fix.configure is not None:
-            fix.configure(given)
-        resolved, reason = _gate(fix, kornia_version)
-        status = FixStatus(fix.name, resolved is not None, reason)
-        if resolved is None:
-            if unknown and not reason.startswith("already fixed"):
-                warnings.warn(f"kornia_halfpatch: {fix.name} skipped: {reason}", HalfPatchWarning, stacklevel=3)
-            logger.info("%s skipped: %s", fix.name, reason)
-        else:
-            _install(fix, resolved, status)
-            _installed_options[fix.name] = given
-            logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
-        _statuses[fix.name] = status
+        _statuses[fix.name] = _evaluate_and_install(fix, given, kornia_version, notes)
+    # Outside the probes' state, where the caller's warning filters apply again.
+    for note in notes:
+        _warn(note, stacklevel=4)
 
 
 def _on_kornia_imported(module: Any) -> None:
+    """The deferred apply(), run by wrapt's post-import hook inside the user's ``import kornia``:
+    whatever happens here must not make that import fail."""
     global _pending_selection
-    with _lock:
-        if _pending_selection is None:
-            return  # revert() ran before kornia was imported
-        selection, _pending_selection = _pending_selection, None
-        options = dict(_pending_options)
-        _pending_options.clear()
-        _apply_locked(selection, {}, options)
+    try:
+        with _lock:
+            if _pending_selection is None:
+                return  # revert() ran before kornia was imported
+            selection, _pending_selection = _pending_selection, None
+            options = dict(_pending_options)
+            _pending_options.clear()
+            _apply_locked(selection, {}, options)
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("deferred apply() failed: %s", _describe_exception(exc), exc_info=True)
+        _warn(f"kornia_halfpatch: the deferred apply() failed ({_describe_exception(exc)}); kornia is unpatched")
 
 
 # --------------------------------------------------------------------------------------------
@@ -659,7 +750,7 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
     """
     global _pending_selection, _import_hook_registered
     selection, off = _select(only, exclude)
-    _check_options(options)
+    _check_options(options, selection)
     with _lock:
         for name, reason in off.items():
             # A narrower selection (apply(only=...), unpatched() restoring) must not overwrite
@@ -699,7 +790,11 @@ def revert(names: Optional[Iterable[str]] = None) -> None:
                 _pending_options.clear()
         for name in reversed(fix_names()):
             if name in chosen:
-                _uninstall(name)
+                try:
+                    _uninstall(name)
+                except Exception as exc:  # noqa: BLE001 - revert the other fixes all the same
+                    logger.warning("revert of %s failed: %s", name, _describe_exception(exc), exc_info=True)
+                    _warn(f"kornia_halfpatch: revert of {name} failed ({_describe_exception(exc)})")
                 _statuses.pop(name, None)
 
 
@@ -764,7 +859,7 @@ def _report() -> Report:
     if environment.kornia_is_imported():
         from .fixes import collect_probes
 
-        probes = collect_probes()
+        probes = collect_probes()  # each line computed in the probes' state, failures reported
     statuses = {name: _statuses.get(name, FixStatus(name, False, "not applied")) for name in fix_names()}
     if _pending_selection is not None:
         for name in _pending_selection:

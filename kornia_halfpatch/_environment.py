@@ -85,6 +85,13 @@ def is_half(dtype) -> bool:
 # kornia_halfpatch.fixes.grid_sample_cpu). apply(grid_sample_workaround=...) beats it.
 ENV_GRID_SAMPLE_WORKAROUND = "KORNIA_HALFPATCH_GRID_SAMPLE_WORKAROUND"
 
+# Environment variables that set a fix's option: apply() validates them before it does anything.
+FIX_OPTION_ENV_VARS = (ENV_GRID_SAMPLE_WORKAROUND,)
+
+
+def env_set(name: str) -> bool:
+    return bool(os.environ.get(name, "").strip())
+
 
 def torch_version_tuple() -> Optional[VersionTuple]:
     """The installed torch's version as integers, ``(2, 13, 0)`` for ``"2.13.0+cpu"``; read from

@@ -40,7 +40,12 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         return
     import kornia_halfpatch
 
-    kornia_halfpatch.apply()
+    try:
+        kornia_halfpatch.apply()
+    except (ValueError, TypeError) as exc:
+        # The user's own setting (KORNIA_HALFPATCH_FIXES naming no fix, a bad option value):
+        # a usage error with the message, not a traceback out of a plugin hook.
+        raise pytest.UsageError(f"kornia_halfpatch: {exc}") from exc
     setattr(early_config, _REPORT_KEY, True)
 
 

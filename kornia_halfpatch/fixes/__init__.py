@@ -20,14 +20,36 @@ FIX_NAMES = (
 
 
 def load_fixes() -> List["Fix"]:  # noqa: F821
-    return [importlib.import_module(f"{__name__}.{name}").FIX for name in FIX_NAMES]
+    return [_load(name) for name in FIX_NAMES]
+
+
+def _load(name: str) -> "Fix":  # noqa: F821
+    try:
+        return importlib.import_module(f"{__name__}.{name}").FIX
+    except Exception as exc:  # noqa: BLE001 - one broken fix module must not take the others down
+        from .._engine import Fix
+
+        def fail(options: Dict[str, object]) -> None:
+            raise exc
+
+        # The engine evaluates it like any fix: configure() raises, so it is skipped as failed.
+        return Fix(name=name, summary="", targets=(), configure=fail)
 
 
 def collect_probes() -> Dict[str, str]:
     """Capability probes that fix modules publish (``PROBES`` callables) for status() and the CLI."""
+    from .._isolation import probe_state
+
     probes: Dict[str, str] = {}
     for name in FIX_NAMES:
-        module = importlib.import_module(f"{__name__}.{name}")
-        for key, probe in getattr(module, "PROBES", {}).items():
-            probes[key] = probe()
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+            for key, probe in getattr(module, "PROBES", {}).items():
+                try:
+                    with probe_state():
+                        probes[key] = probe()
+                except Exception as exc:  # noqa: BLE001 - status() must not raise
+                    probes[key] = f"probe failed: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001
+            probes[name] = f"fix module failed to load: {type(exc).__name__}: {exc}"
     return probes

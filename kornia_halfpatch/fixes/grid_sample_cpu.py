@@ -46,7 +46,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -177,8 +177,9 @@ _everywhere = False
 _active: Optional[Workaround] = None  # what the installed replacement does
 
 
-def configure(options: Dict[str, Any]) -> None:
-    global _requested, _everywhere
+def _requested_configuration(options: Dict[str, Any]) -> Tuple[str, str, bool]:
+    """(workaround choice, where it came from, everywhere) from apply()'s options and the
+    environment; raises ValueError for a value the caller or the environment got wrong."""
     if OPTION_WORKAROUND in options:
         choice, source = options[OPTION_WORKAROUND], f"apply({OPTION_WORKAROUND}=...)"
     elif os.environ.get(environment.ENV_GRID_SAMPLE_WORKAROUND, "").strip():
@@ -191,6 +192,17 @@ def configure(options: Dict[str, Any]) -> None:
     everywhere = options.get(OPTION_EVERYWHERE, False)
     if not isinstance(everywhere, bool):
         raise ValueError(f"{OPTION_EVERYWHERE} must be True or False, got {everywhere!r}")
+    return choice, source, everywhere
+
+
+def validate_options(options: Dict[str, Any]) -> None:
+    """Run by apply() before anything is patched: bad values raise there, in the caller's code."""
+    _requested_configuration(options)
+
+
+def configure(options: Dict[str, Any]) -> None:
+    global _requested, _everywhere
+    choice, source, everywhere = _requested_configuration(options)
     with _config_lock:
         _requested = (choice, source)
         _everywhere = everywhere
@@ -408,4 +420,5 @@ FIX = Fix(
     demonstrate=demonstrate,
     options=(OPTION_WORKAROUND, OPTION_EVERYWHERE),
     configure=configure,
+    validate_options=validate_options,
 )
