@@ -17,18 +17,15 @@ import torch
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine
+from kornia_halfpatch import _engine, testing
 from kornia_halfpatch._isolation import probe_state
 from support import UPSTREAM_FIXED, grid_module, needs_old_kornia, run_python
 
 
 @pytest.fixture(autouse=True)
 def restore_shim_state():
-    before = kornia_halfpatch.applied_fixes()
-    yield
-    kornia_halfpatch.revert()
-    if before:
-        kornia_halfpatch.apply()
+    with testing.preserved():
+        yield
 
 
 def torch_state():
@@ -148,10 +145,11 @@ def test_apply_in_an_unusual_torch_state_finds_what_a_clean_apply_finds(state):
 # A failing probe or install: skipped with its reason, warned, logged, rolled back
 
 
-def registry_with(monkeypatch, fix):
+def registry_with(fix):
     """The real fixes, with ``fix`` standing in for the one of the same name."""
-    real = _engine._registry()
-    monkeypatch.setattr(_engine, "_registry", lambda: [fix if f.name == fix.name else f for f in real])
+    from kornia_halfpatch.fixes import load_fixes
+
+    return testing.use_fixes([fix if f.name == fix.name else f for f in load_fixes()])
 
 
 def meshgrid_fix():
@@ -161,59 +159,56 @@ def meshgrid_fix():
 
 
 @needs_old_kornia
-def test_a_probe_that_raises_skips_its_fix_only_with_the_reason_a_warning_and_a_log(monkeypatch, caplog):
-    def broken_check(originals):
+def test_a_probe_that_raises_skips_its_fix_only_with_the_reason_a_warning_and_a_log(caplog):
+    def broken_probe(originals):
         raise RuntimeError("element 0 of tensors does not require grad")
 
     real = meshgrid_fix()
-    registry_with(monkeypatch, real.__class__(name=real.name, summary="", targets=real.targets, check=broken_check))
-    kornia_halfpatch.revert()
-    with caplog.at_level(logging.WARNING, logger="kornia_halfpatch"):
-        with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="meshgrid skipped: its probe or install failed"):
-            report = kornia_halfpatch.apply()
-    status = report.fixes["meshgrid"]
-    assert not status.applied
-    assert status.reason == "failed: RuntimeError: element 0 of tensors does not require grad"
-    assert any("meshgrid skipped" in record.getMessage() for record in caplog.records)
-    assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
-    assert "laf_patches" in report.applied  # the fixes after it still went in
+    with registry_with(real.__class__(name=real.name, targets=real.targets, probe=broken_probe)):
+        with caplog.at_level(logging.WARNING, logger="kornia_halfpatch"):
+            with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="meshgrid skipped: its probe or install failed"):
+                report = kornia_halfpatch.apply()
+        status = report.fixes["meshgrid"]
+        assert not status.applied and status.verdict is kornia_halfpatch.Verdict.FAILED
+        assert status.reason == "failed: RuntimeError: element 0 of tensors does not require grad"
+        assert any("meshgrid skipped" in record.getMessage() for record in caplog.records)
+        assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
+        assert "laf_patches" in report.applied  # the fixes after it still went in
 
 
 @needs_old_kornia
-def test_warnings_turned_into_errors_do_not_make_apply_raise(monkeypatch, caplog):
-    def broken_check(originals):
+def test_warnings_turned_into_errors_do_not_make_apply_raise(caplog):
+    def broken_probe(originals):
         raise ValueError("boom")
 
     real = meshgrid_fix()
-    registry_with(monkeypatch, real.__class__(name=real.name, summary="", targets=real.targets, check=broken_check))
-    kornia_halfpatch.revert()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with caplog.at_level(logging.WARNING, logger="kornia_halfpatch"):
-            report = kornia_halfpatch.apply()
-    assert report.fixes["meshgrid"].reason == "failed: ValueError: boom"
-    assert any("logged instead" in record.getMessage() for record in caplog.records)
+    with registry_with(real.__class__(name=real.name, targets=real.targets, probe=broken_probe)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with caplog.at_level(logging.WARNING, logger="kornia_halfpatch"):
+                report = kornia_halfpatch.apply()
+        assert report.fixes["meshgrid"].reason == "failed: ValueError: boom"
+        assert any("logged instead" in record.getMessage() for record in caplog.records)
 
 
 @needs_old_kornia
-def test_a_half_done_install_is_rolled_back_everywhere(monkeypatch):
+def test_a_half_done_install_is_rolled_back_everywhere():
     real = meshgrid_fix()
     first, second = real.targets
 
     def broken_build(original):
         raise RuntimeError("cannot build")
 
-    broken = second.__class__(second.candidates, broken_build, second.parameters)
-    registry_with(monkeypatch, real.__class__(name=real.name, summary="", targets=(first, broken), check=real.check))
-    kornia_halfpatch.revert()
-    original = grid_module().create_meshgrid
-    holders = sorted(n for n, _, _ in _engine._bindings_of(original))
-    report = kornia_halfpatch.apply()
-    assert report.fixes["meshgrid"].reason == "failed: RuntimeError: cannot build"
-    assert "meshgrid" not in kornia_halfpatch.applied_fixes()
-    # create_meshgrid was installed first, then rolled back in every module that held it.
-    assert sorted(n for n, _, _ in _engine._bindings_of(original)) == holders
-    assert not any(kornia_halfpatch.is_patched(m.__dict__.get(a)) for _, m, a in _engine._bindings_of(original))
+    broken = second.__class__(second.candidates, broken_build, second.expects_parameters)
+    with registry_with(real.__class__(name=real.name, targets=(first, broken), probe=real.probe)):
+        original = grid_module().create_meshgrid
+        holders = sorted(n for n, _, _ in _engine._bindings_of(original))
+        report = kornia_halfpatch.apply()
+        assert report.fixes["meshgrid"].reason == "failed: RuntimeError: cannot build"
+        assert "meshgrid" not in kornia_halfpatch.applied_fixes()
+        # create_meshgrid was installed first, then rolled back in every module that held it.
+        assert sorted(n for n, _, _ in _engine._bindings_of(original)) == holders
+        assert not any(kornia_halfpatch.is_patched(m.__dict__.get(a)) for _, m, a in _engine._bindings_of(original))
 
 
 def test_bad_arguments_of_the_callers_own_still_raise_clearly():

@@ -33,23 +33,20 @@ def _load(name: str) -> "Fix":  # noqa: F821
             raise exc
 
         # The engine evaluates it like any fix: configure() raises, so it is skipped as failed.
-        return Fix(name=name, summary="", targets=(), configure=fail)
+        return Fix(name=name, targets=(), configure=fail)
 
 
 def collect_probes() -> Dict[str, str]:
-    """Capability probes that fix modules publish (``PROBES`` callables) for status() and the CLI."""
+    """Status lines that fixes publish (``Fix.describe``) for status() and the CLI."""
     from .._isolation import probe_state
 
     probes: Dict[str, str] = {}
-    for name in FIX_NAMES:
+    for fix in load_fixes():
+        if fix.describe is None:
+            continue
         try:
-            module = importlib.import_module(f"{__name__}.{name}")
-            for key, probe in getattr(module, "PROBES", {}).items():
-                try:
-                    with probe_state():
-                        probes[key] = probe()
-                except Exception as exc:  # noqa: BLE001 - status() must not raise
-                    probes[key] = f"probe failed: {type(exc).__name__}: {exc}"
-        except Exception as exc:  # noqa: BLE001
-            probes[name] = f"fix module failed to load: {type(exc).__name__}: {exc}"
+            with probe_state():
+                probes[fix.name] = fix.describe()
+        except Exception as exc:  # noqa: BLE001 - status() must not raise
+            probes[fix.name] = f"probe failed: {type(exc).__name__}: {exc}"
     return probes
