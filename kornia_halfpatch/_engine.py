@@ -214,8 +214,12 @@ class _BindingIndex:
 
     def _build(self) -> Dict[int, List[Tuple[str, Any, str]]]:
         wanted = self._wanted
+        ids = set(wanted)
         found: Dict[int, List[Tuple[str, Any, str]]] = {}
         for name, module, namespace in _module_items():
+            # Most modules hold none of the objects: decide that at C speed, loop only the rest.
+            if ids.isdisjoint(map(id, list(namespace.values()))):
+                continue
             for attribute, value in list(namespace.items()):
                 if id(value) in wanted and wanted[id(value)] is value:
                     found.setdefault(id(value), []).append((name, module, attribute))
@@ -343,12 +347,21 @@ def _module_view(entry: _Installed, module: Any, chain: Tuple[str, ...]) -> Any:
     return view
 
 
-def _rebind_kornia_scoped(entry: _Installed, module_name: str, module: Any, namespace: Dict[str, Any]) -> List[str]:
-    """Point one kornia module at ``entry.replacement``: its aliases of the original, and its
-    globals on a route to the original (through module views). Returns what was rebound."""
+def _rebind_kornia_scoped(
+    entry: _Installed,
+    module_name: str,
+    module: Any,
+    namespace: Dict[str, Any],
+    aliases: Optional[Iterable[str]] = None,
+) -> List[str]:
+    """Point one kornia module at ``entry.replacement``: its aliases of the original (the
+    attribute names, if the caller's binding index already knows them), and its globals on a
+    route to the original (through module views). Returns what was rebound."""
     done = []
-    for attribute, value in list(namespace.items()):
-        if value is entry.original:
+    if aliases is None:
+        aliases = [attribute for attribute, value in list(namespace.items()) if value is entry.original]
+    for attribute in aliases:
+        if namespace.get(attribute) is entry.original:
             setattr(module, attribute, entry.replacement)
             entry.aliases.append((module, attribute))
             done.append(f"{module_name}.{attribute}")
@@ -478,15 +491,15 @@ def _resolve(target: Target) -> Tuple[Optional[Tuple[Any, str, Any, str]], str]:
 
 
 def _shape_problem(target: Target, original: Any) -> Optional[str]:
-    if target.parameters is None:
+    if target.expects_parameters is None:
         return None
     function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     try:
         names = tuple(inspect.signature(function).parameters)
     except (TypeError, ValueError):
         return f"{target.label} has no inspectable signature"
-    if names[: len(target.parameters)] != target.parameters:
-        return f"{target.label} has parameters {names}, expected {target.parameters}"
+    if names[: len(target.expects_parameters)] != target.expects_parameters:
+        return f"{target.label} has parameters {names}, expected {target.expects_parameters}"
     return None
 
 
@@ -530,6 +543,24 @@ def _adopt_identity(replacement: Any, original: Any) -> None:
         replacement.__signature__ = signature
 
 
+# Generated replacements of table rows, by (row target, original): a row's wrapper depends on
+# nothing else, so re-applying (after every unpatched() block) reuses it instead of generating
+# and compiling its source again. Hand-written builders may read configure()'d options: rebuilt.
+_built: Dict[Tuple[int, int], Tuple[Target, Any, Any]] = {}
+
+
+def _build(target: Target, original: Any) -> Any:
+    key = (id(target), id(original))
+    cached = _built.get(key)
+    if cached is not None and cached[0] is target and cached[1] is original:
+        return cached[2]
+    replacement = target.build(original)
+    _adopt_identity(replacement, original)
+    if target.row is not None:
+        _built[key] = (target, original, replacement)
+    return replacement
+
+
 def _install(fix: Fix, resolved: List[Optional[Resolved]], status: FixStatus, index: "_BindingIndex") -> List[str]:
     """Install every resolved target of ``fix``; returns the stale references to warn about.
 
@@ -543,8 +574,7 @@ def _install(fix: Fix, resolved: List[Optional[Resolved]], status: FixStatus, in
             if found is None:
                 continue
             parent, attribute, original, path = found
-            replacement = target.build(original)
-            _adopt_identity(replacement, original)
+            replacement = _build(target, original)
             scope = target.scope() if callable(target.scope) else target.scope
             entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
             if scope == SCOPE_KORNIA and not entry.on_module:
@@ -553,9 +583,14 @@ def _install(fix: Fix, resolved: List[Optional[Resolved]], status: FixStatus, in
             _originals_by_replacement[id(replacement)] = original
             if scope == SCOPE_KORNIA:
                 # The home module (torch) keeps its function; kornia's code gets the replacement.
+                aliases: Dict[int, List[str]] = {}
+                for _, module, name in index.bindings_of(original):
+                    aliases.setdefault(id(module), []).append(name)
                 for module_name, module, namespace in _module_items():
                     if _is_kornia_module(module_name):
-                        status.rebound.extend(_rebind_kornia_scoped(entry, module_name, module, namespace))
+                        status.rebound.extend(
+                            _rebind_kornia_scoped(entry, module_name, module, namespace, aliases.get(id(module), ()))
+                        )
                 _watch_kornia_imports()
             else:
                 setattr(parent, attribute, replacement)

@@ -1,6 +1,6 @@
 """grid_sample_cpu: kornia's half CPU grid_sample calls run in float32; NaN grids safe in backward.
 
-Oracle (SPEC "What fixed means"; kornia 0.9.0 changed warp float32 results at the ulp level, so
+Oracle (README, "float32 stays bitwise; half = widened, narrowed"; kornia 0.9.0 changed warp float32 results at the ulp level, so
 it is not one here): the installed release's own unpatched computation in which every call that
 reaches torch's ``grid_sample`` with a half CPU image is widened to float32 and narrowed. That is
 done by a ``TorchFunctionMode`` (torch's interception, not the shim's module views), so the

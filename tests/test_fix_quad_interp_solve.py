@@ -1,4 +1,4 @@
-"""quad_interp_solve (SPEC F4): the float16 Cramer-rule sub-voxel solve, promoted to float32.
+"""quad_interp_solve: the float16 Cramer-rule sub-voxel solve, promoted to float32.
 
 Oracles: the installed release's own float32 solve (the helper, called unpatched on widened
 inputs), float64 runs of the whole refinement, and invariants (finite gradients, bfloat16/
