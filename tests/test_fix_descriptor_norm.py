@@ -346,6 +346,19 @@ class _OneConvTrunk(torch.nn.Module):
         return self.conv(x)
 
 
+def _inductor_has_a_vector_isa() -> bool:
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except ImportError:  # another torch layout: let the test run
+        return True
+    return bool(pick_vec_isa())
+
+
+@pytest.mark.skipif(
+    not _inductor_has_a_vector_isa(),
+    reason="inductor has no vector ISA here (e.g. ATEN_CPU_CAPABILITY=default), and torch 2.13's scalar C++ "
+    "codegen emits at::vec code for this graph's masked arange, which fails to compile: a torch bug, not the fix",
+)
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 def test_torch_compile_inductor_equals_eager(dtype):
     model = KF.SOSNet(pretrained=False)
