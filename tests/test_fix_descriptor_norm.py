@@ -20,7 +20,15 @@ import kornia.feature as KF
 import kornia_halfpatch
 import oracle
 from kornia_halfpatch.fixes import descriptor_norm
-from support import FULL_DTYPES, HALF_DTYPES, UPSTREAM_FIXED, bitwise_equal, needs_old_kornia, run_python
+from support import (
+    FULL_DTYPES,
+    HALF_DTYPES,
+    UPSTREAM_FIXED,
+    bitwise_equal,
+    needs_old_kornia,
+    run_python,
+    skip_unless_inductor_has_a_vector_isa,
+)
 
 FIX = "descriptor_norm"
 # Recorded inputs only (calibrated statistics, weight checksums); 0.9.0's outputs come from `oracle`.
@@ -346,21 +354,9 @@ class _OneConvTrunk(torch.nn.Module):
         return self.conv(x)
 
 
-def _inductor_has_a_vector_isa() -> bool:
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-    except ImportError:  # another torch layout: let the test run
-        return True
-    return bool(pick_vec_isa())
-
-
-@pytest.mark.skipif(
-    not _inductor_has_a_vector_isa(),
-    reason="inductor has no vector ISA here (e.g. ATEN_CPU_CAPABILITY=default), and torch 2.13's scalar C++ "
-    "codegen emits at::vec code for this graph's masked arange, which fails to compile: a torch bug, not the fix",
-)
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 def test_torch_compile_inductor_equals_eager(dtype):
+    skip_unless_inductor_has_a_vector_isa()
     model = KF.SOSNet(pretrained=False)
     model.layers = _OneConvTrunk()
     model = model.to(dtype).eval()
