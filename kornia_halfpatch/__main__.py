@@ -13,7 +13,16 @@ from typing import List, Optional
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="kornia-halfpatch", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        from ._launcher import run
+
+        return run(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="kornia-halfpatch",
+        description=__doc__.splitlines()[0],
+        epilog="kornia-halfpatch run -- COMMAND [ARGS...]: run COMMAND with the shim applied in every Python process it starts",
+    )
     parser.add_argument("--only", action="append", help="demonstrate only this fix (repeatable)")
     parser.add_argument("--no-demo", action="store_true", help="print the status only")
     args = parser.parse_args(argv)

@@ -10,6 +10,8 @@ import kornia
 import kornia_halfpatch
 from support import FULL_DTYPES, HALF_DTYPES, bitwise_equal, grid_module, needs_old_kornia
 
+# Recorded once, not computed live: grids are elementwise IEEE arithmetic on exact integer ramps,
+# the same bits on every CPU (gen_meshgrid.py says why), unlike convolution outputs (oracle.py).
 GOLDEN = torch.load(Path(__file__).parent / "golden" / "meshgrid.pt")
 CPU = torch.device("cpu")
 

@@ -14,7 +14,7 @@ import torch
 import kornia.geometry.subpix as subpix
 import kornia_halfpatch
 from kornia_halfpatch.fixes import quad_interp_solve as fix
-from support import UPSTREAM_FIXED, bitwise_equal
+from support import UPSTREAM_FIXED, bitwise_equal, skip_unless_inductor_has_a_vector_isa
 
 FIX = "quad_interp_solve"
 SOLVER_MODULE = subpix.spatial_soft_argmax
@@ -281,6 +281,7 @@ def test_torch_jit_trace_of_the_refinement_keeps_the_fix():
 
 @needs_cramer
 def test_torch_compile_fullgraph_finite_backward():
+    skip_unless_inductor_has_a_vector_isa()
     systems = [t.half() for t in random_systems(64, 3, 0.01)]
     with kornia_halfpatch.patched(only=[FIX]):
         solve = SOLVER_MODULE._solve_cramer_sym3x3

@@ -1,8 +1,8 @@
-"""Golden descriptors for the ``descriptor_norm`` fix, from kornia 0.9.0 on the same weights.
+"""Kornia 0.9.0's descriptors on the same weights: the oracle of the ``descriptor_norm`` tests.
 
 Pretrained weights cannot be downloaded here, so every network gets seeded weights built by
 :func:`seeded_state_dict` (pure torch, independent of kornia, identical in every environment;
-a stored checksum proves it). Two configurations per network:
+a recorded checksum proves it). Two configurations per network:
 
 * ``untrained``: PyTorch-default-scale convolutions, kornia's default BatchNorm statistics
   (mean 0, variance 1) and FRN/TLU parameters, like ``SOSNet()`` in kornia's own tests. A
@@ -10,14 +10,20 @@ a stored checksum proves it). Two configurations per network:
   and the pre-normalization descriptor is small, which is where a half-precision norm loses
   accuracy (0.9.0's "2.15e-3 -> 2.28e-4" SOSNet figure is of this kind).
 * ``trained``: the same convolutions with randomised FRN/TLU parameters and BatchNorm running
-  statistics calibrated once, in float64, by a train-mode pass over seeded patches (stored: a
-  few KiB), so activations have realistic magnitudes and BatchNorm really subtracts a mean.
+  statistics calibrated once, in float64, by a train-mode pass over seeded patches, so activations
+  have realistic magnitudes and BatchNorm really subtracts a mean.
 
-Stored per network, configuration and dtype: 0.9.0's descriptors of the configuration's patches
-(:func:`case_input`) and of the degenerate patches ``torch.full((2, 1, 32, 32), v)``, v in 0.0 and
-0.5; float32 too for ``trained`` (to show the releases agree in float32, which is what makes
-0.9.0 an oracle here). For SOSNet and HyNet also 0.9.0's half max abs error against a float64
-run of the same weights on the ``untrained`` patches.
+:func:`record` (committed as ``descriptor_norm.pt``) holds inputs only: the calibrated statistics
+(a few KiB) and the weight checksums. They are recorded because they are shared inputs, not
+compared outputs: whatever machine calibrated them, every environment then loads the same bits.
+
+:func:`live` holds 0.9.0's outputs, computed on the machine that runs the tests (convolutions and
+matmuls round differently per instruction set, in every dtype): per network, configuration and
+dtype, 0.9.0's descriptors of the configuration's patches (:func:`case_input`) and of the
+degenerate patches ``torch.full((2, 1, 32, 32), v)``, v in 0.0 and 0.5; float32 too for
+``trained`` (to show the releases agree in float32, which is what makes 0.9.0 an oracle here).
+For SOSNet and HyNet also 0.9.0's half max abs error against a float64 run of the same weights on
+the ``untrained`` patches.
 
 SIFTDescriptor and DenseSIFTDescriptor are not here: 0.9.0 changed their float32 results (and
 DenseSIFT's shape), so the tests compare them with the installed release's float32 computation.
@@ -135,25 +141,32 @@ def calibrated_statistics(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
     return {key: value.float() for key, value in work.state_dict().items() if ".running_" in key}
 
 
-def checksum(state: Dict[str, torch.Tensor]) -> torch.Tensor:
-    values = [value.double().abs().sum() for _, value in sorted(state.items()) if value.is_floating_point()]
-    return torch.stack(values).sum()
+def checksum(state: Dict[str, torch.Tensor]) -> float:
+    """Sum of absolute values of every floating-point tensor, exactly rounded.
+
+    ``math.fsum`` rounds the exact sum once, so the result does not depend on summation order;
+    ``Tensor.sum`` adds in an order chosen by the CPU's vector width and differs in the last bit
+    from one instruction set to another.
+    """
+    values = [value.double().abs().flatten().tolist() for _, value in sorted(state.items()) if value.is_floating_point()]
+    return math.fsum(x for chunk in values for x in chunk)
 
 
-def statistics_from(golden: Dict[str, torch.Tensor], name: str) -> Dict[str, torch.Tensor]:
+def statistics_from(recorded: Dict[str, object], name: str) -> Dict[str, torch.Tensor]:
     prefix = f"{name}/trained/stat/"
-    return {key[len(prefix):]: value for key, value in golden.items() if key.startswith(prefix)}
+    return {key[len(prefix):]: value for key, value in recorded.items() if key.startswith(prefix)}
 
 
-def build_network(name: str, config: str, golden: Dict[str, torch.Tensor]) -> torch.nn.Module:
+def build_network(name: str, config: str, recorded: Dict[str, object]) -> torch.nn.Module:
     """The network with the configuration's weights, float32, eval mode.
 
-    ``golden`` supplies the calibrated statistics of the ``trained`` configuration.
+    ``recorded`` (the recorded inputs) supplies the calibrated statistics of the ``trained``
+    configuration.
     """
     module = make_network(name)
     state = seeded_state_dict(name, module, trained=config == "trained")
     if config == "trained":
-        state.update(statistics_from(golden, name))
+        state.update(statistics_from(recorded, name))
     module.load_state_dict(state, strict=True)
     return module.float().eval()
 
@@ -188,23 +201,34 @@ def entries() -> List[Tuple[str, str, str, str]]:
     return out
 
 
-def generate() -> Dict[str, torch.Tensor]:
-    golden: Dict[str, torch.Tensor] = {}
+def record() -> Dict[str, object]:
+    """The recorded inputs: calibrated statistics of the ``trained`` networks, weight checksums."""
+    recorded: Dict[str, object] = {}
     for name in NETWORKS:
         template = make_network(name)
         template.load_state_dict(seeded_state_dict(name, template, trained=True), strict=True)
         for key, value in calibrated_statistics(template).items():
-            golden[f"{name}/trained/stat/{key}"] = value
+            recorded[f"{name}/trained/stat/{key}"] = value
         for config in CONFIGS:
-            golden[f"{name}/{config}/checksum"] = checksum(build_network(name, config, golden).state_dict())
-    modules = {(name, config): build_network(name, config, golden) for name in NETWORKS for config in CONFIGS}
+            recorded[f"{name}/{config}/checksum"] = checksum(build_network(name, config, recorded).state_dict())
+    return recorded
+
+
+def live(recorded: Dict[str, object]) -> Dict[str, object]:
+    """Kornia 0.9.0's descriptors on this machine, from the recorded inputs."""
+    outputs: Dict[str, object] = {}
+    modules = {}
+    for name in NETWORKS:
+        for config in CONFIGS:
+            module = modules[name, config] = build_network(name, config, recorded)
+            outputs[f"{name}/{config}/checksum"] = checksum(module.state_dict())
     for name, config, dtype_name, case in entries():
         module = modules[name, config]
-        golden[f"{name}/{config}/{dtype_name}/{case}"] = describe(module, case_input(case), DTYPES[dtype_name])
+        outputs[f"{name}/{config}/{dtype_name}/{case}"] = describe(module, case_input(case), DTYPES[dtype_name])
     for name in ("sosnet", "hynet_bias", "hynet_nobias"):
         module = modules[name, "untrained"]
         reference = describe(module, case_input("uniform"), torch.float64)
         for dtype_name in HALF:
-            half = golden[f"{name}/untrained/{dtype_name}/uniform"].double()
-            golden[f"{name}/untrained/{dtype_name}/error_vs_float64"] = (half - reference).abs().max()
-    return golden
+            half = outputs[f"{name}/untrained/{dtype_name}/uniform"].double()
+            outputs[f"{name}/untrained/{dtype_name}/error_vs_float64"] = (half - reference).abs().max()
+    return outputs

@@ -1,6 +1,15 @@
 """Golden create_meshgrid/create_meshgrid3d grids from kornia 0.9.0 (same float32 semantics).
 
-A grid is the outer product of its 1-D ramps, so only the ramps are stored; ``generate`` asserts
+Recorded once and committed (not computed live like the descriptors): a grid is elementwise
+arithmetic on exact integer ramps (``arange``, or ``linspace(0, n - 1, n)`` whose step is exactly 1,
+so a fused or unfused ``start + step * i`` gives the same integer), one IEEE division by
+``size - 1``, a subtraction of 0.5, an exact scaling by 2, and the single narrowing the fix adds.
+IEEE 754 rounds each of those operations correctly, hence the same way on every instruction set,
+scalar or vector, x86 or ARM; no multiply feeds an add that a compiler could fuse into an FMA, and
+no reduction or kernel whose summation order depends on the CPU is involved. (The unpatched half ramps, whose ``linspace`` step is inexact, are never compared with
+these files.)
+
+A grid is the outer product of its 1-D ramps, so only the ramps are stored; ``record`` asserts
 that 0.9.0's full grid equals the grid rebuilt from them, so comparing a rebuilt grid is exactly
 comparing 0.9.0's.
 """
@@ -27,7 +36,7 @@ def rebuild_3d(xs, ys, zs) -> torch.Tensor:
     )[None]
 
 
-def generate() -> dict:
+def record() -> dict:
     from kornia.geometry.grid import create_meshgrid, create_meshgrid3d
 
     out = {}
