@@ -16,6 +16,7 @@ FIX_NAMES = (
     "quad_interp_solve",
     "laf_patches",
     "grid_sample_cpu",
+    "half_kernels",
 )
 
 
