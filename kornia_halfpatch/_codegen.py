@@ -295,6 +295,8 @@ def promote_wrapper(
     half: Sequence[str] = ("float16", "bfloat16"),
     outputs: Optional[Sequence[str]] = None,
     device: Optional[str] = None,
+    guard: Optional[Callable[..., bool]] = None,
+    guard_arguments: Sequence[str] = (),
     label: str = "",
 ) -> Callable[..., Any]:
     """``original`` run in float32 for half inputs: when the ``trigger`` tensor argument (default:
@@ -357,6 +359,10 @@ def promote_wrapper(
     condition = dtype_condition(trigger, half)
     if device is not None:
         condition = f"({condition}) and {trigger}.device.type == {device!r}"
+    if guard is not None:
+        # A further scriptable predicate on some arguments (e.g. the kernel's size).
+        namespace["_halfpatch_guard"] = guard
+        condition = f"({condition}) and _halfpatch_guard({', '.join(guard_arguments)})"
     source = (
         f"def {function.__name__}({params}){returns}:\n"
         f"    if {condition}:\n"

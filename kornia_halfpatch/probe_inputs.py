@@ -201,9 +201,11 @@ def homography_lines(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
 def fundamental_points(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     """Seven correspondences of a stereo pair and method '7POINT' (the det path in every release)."""
     g = torch.Generator().manual_seed(31)
-    X = torch.cat([_rand(g, 1, 7, 2) * 2 - 1, 2 + _rand(g, 1, 7, 1)], -1)
+    X = torch.cat([_rand(g, 1, 7, 2) * 2 - 1, 2 + 2 * _rand(g, 1, 7, 1)], -1)
+    R = torch.tensor([[0.995, 0.0, 0.0998], [0.0, 1.0, 0.0], [-0.0998, 0.0, 0.995]])
+    Y = X @ R.T + torch.tensor([0.5, 0.25, 0.125])
     x1 = X[..., :2] / X[..., 2:]
-    x2 = (X[..., :2] + torch.tensor([0.25, 0.0])) / X[..., 2:]
+    x2 = Y[..., :2] / Y[..., 2:]
     return _in(dtype, x1.bfloat16().float(), x2.bfloat16().float()) + (None, "7POINT")
 
 
@@ -251,3 +253,59 @@ def projection_matrix(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     R = torch.tensor([[0.96, -0.28, 0.0], [0.28, 0.96, 0.0], [0.0, 0.0, 1.0]])
     t = torch.tensor([[0.5], [0.25], [2.0]])
     return _in(dtype, (K @ torch.cat([R, t], 1)).unsqueeze(0).bfloat16().float())
+
+
+def large_kernel_filter(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """filter2d(3-channel 20x24 image, a 15x1 box kernel): inside the workaround's guard (a side
+    >= 15) but measured to return unpatched too (only kernel widths 15-31 hang), so an in-process
+    test cannot hang even if the guard broke."""
+    g = torch.Generator().manual_seed(34)
+    return _in(dtype, _rand(g, 1, 3, 20, 24), torch.full((1, 15, 1), 1.0 / 16))
+
+
+def quaternion_batch(dtype: torch.dtype) -> Tuple[object, None]:
+    """(Quaternion of 4 unit quaternions near identity, no weights) for average_quaternions."""
+    from kornia.geometry.quaternion import Quaternion
+
+    g = torch.Generator().manual_seed(35)
+    q = torch.tensor([1.0, 0.0, 0.0, 0.0]) + (_rand(g, 4, 4) - 0.5) * 0.25
+    return Quaternion((q / q.norm(dim=-1, keepdim=True)).bfloat16().to(dtype)), None
+
+
+def z1_points(dtype: torch.dtype) -> Tuple[object, object]:
+    """(Z1Projection(), three Vector3 points with z in [1, 3])."""
+    from kornia.geometry.vector import Vector3
+    from kornia.sensors.camera.projection_model import Z1Projection
+
+    g = torch.Generator().manual_seed(36)
+    xyz = torch.cat([_rand(g, 3, 2) * 4 - 2, 1 + (_rand(g, 3, 1) * 8).round() / 4], -1)
+    return Z1Projection(), Vector3(xyz.to(dtype))
+
+
+def pinhole_camera(dtype: torch.dtype) -> Tuple[object]:
+    """(PinholeCamera with a 4x4 intrinsics and identity extrinsics, batch 1)."""
+    from kornia.geometry.camera import PinholeCamera
+
+    K = torch.tensor([[[16.0, 0.0, 8.0, 0.0], [0.0, 16.0, 6.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]])
+    E = torch.eye(4).unsqueeze(0)
+    return (PinholeCamera(K.to(dtype), E.to(dtype), torch.tensor([12.0]).to(dtype), torch.tensor([16.0]).to(dtype)),)
+
+
+def homography_module(dtype: torch.dtype) -> Tuple[object]:
+    """(image_registrator.Homography whose model is a well-conditioned 3x3 matrix)."""
+    from kornia.geometry.transform.image_registrator import Homography
+
+    module = Homography()
+    with torch.no_grad():
+        module.model.copy_(torch.tensor([[1.25, 0.125, 2.0], [-0.0625, 1.0, 0.5], [0.0, 0.0, 1.0]]))
+    return (module.to(dtype),)
+
+
+def similarity_module(dtype: torch.dtype) -> Tuple[object]:
+    from kornia.geometry.transform.image_registrator import Similarity
+
+    module = Similarity(True, True, True)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.125)
+    return (module.to(dtype),)

@@ -26,7 +26,7 @@ once, written out by hand (each is one line in every release).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -75,6 +75,8 @@ ROWS = (
     _row("kornia.geometry.subpix.spatial_soft_argmax:conv_soft_argmax3d",
          "avg_pool3d has no half CPU kernel: the soft-argmax (pooled exponentials, their normaliser) in float32, "
          "coordinates and values narrowed once", "soft_argmax_volume"),
+    _row("kornia.geometry.epipolar.triangulation:_eigh_smallest_vec",
+         f"{EIGH} (0.8.3's triangulation null vector): in float32, narrowed once", "square_matrices"),
     _row("kornia.geometry.transform.imgwarp:_transform_warp_impl3d",
          f"{INVERSE} (0.7.0-0.8.2): the 3-D warp (matrix inverse and sampling grid) in float32, narrowed once",
          "warp3d_call"),
@@ -142,13 +144,47 @@ def build_similarity_inverse(original: Any) -> Any:
     return like(forward_inverse, original)
 
 
+def build_average_quaternions(original: Any) -> Any:
+    from kornia.geometry.quaternion import Quaternion
+
+    def average_quaternions(Q: Any, w: Optional[torch.Tensor] = None) -> Any:
+        data = Q.data
+        if _half_on_cpu(data):
+            # The release's eigh average on the widened quaternions (exact), narrowed once.
+            widened = original(Quaternion(data.detach().float() if not data.requires_grad else data.float()),
+                               None if w is None else w.float())
+            return Quaternion(widened.data.to(data.dtype))
+        return original(Q, w)
+
+    return like(average_quaternions, original)
+
+
+def build_z1_project(original: Any) -> Any:
+    from kornia.geometry.vector import Vector2, Vector3
+
+    def project(self: Any, points: Any) -> Any:
+        data = points.data
+        if _half_on_cpu(data):
+            # The release divides by z through diag(z).inverse(): in float32, narrowed once.
+            return Vector2(original(self, Vector3(data.float())).data.to(data.dtype))
+        return original(self, points)
+
+    return like(project, original)
+
+
 METHOD_TARGETS = (
+    Target(("kornia.geometry.quaternion:average_quaternions",), build_average_quaternions, ("Q", "w"), optional=True,
+           reason=f"{EIGH} (0.8.2): the eigen-average of the widened quaternions, narrowed once",
+           example=f"{EXAMPLES}:quaternion_batch"),
+    Target(("kornia.sensors.camera.projection_model:Z1Projection.project",), build_z1_project, ("self", "points"),
+           optional=True, reason=f"{INVERSE} (diag(z).inverse(), 0.7.0-0.8.2): the projection in float32, narrowed once",
+           example=f"{EXAMPLES}:z1_points"),
     Target(("kornia.geometry.camera.pinhole:PinholeCamera.intrinsics_inverse",), build_intrinsics_inverse, ("self",),
-           optional=True, reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)"),
+           optional=True, example=f"{EXAMPLES}:pinhole_camera", reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)"),
     Target(("kornia.geometry.transform.image_registrator:Homography.forward_inverse",), build_homography_inverse,
-           ("self",), optional=True, reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once"),
+           ("self",), optional=True, example=f"{EXAMPLES}:homography_module", reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once"),
     Target(("kornia.geometry.transform.image_registrator:Similarity.forward_inverse",), build_similarity_inverse,
-           ("self",), optional=True, reason=f"{INVERSE}: the similarity inverted in float32, narrowed once"),
+           ("self",), optional=True, example=f"{EXAMPLES}:similarity_module", reason=f"{INVERSE}: the similarity inverted in float32, narrowed once"),
 )
 
 
