@@ -85,4 +85,5 @@ FIX = Fix(
     name="fp16_conv_hang",
     targets=(FILTER_ROW,),
     probe=probe,
+    demonstration="kornia_halfpatch.demos.fp16_conv_hang:demonstrate",
 )
