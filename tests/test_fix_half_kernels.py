@@ -255,3 +255,17 @@ def test_script_holds_for_a_scriptable_row():
         scripted = torch.jit.script(function)
         for dtype in HALF_DTYPES:
             assert bitwise_equal(scripted(*inputs.ellipses(dtype)), function(*inputs.ellipses(dtype)))
+
+
+def test_zca_whitening_still_scripts_and_its_float32_is_unchanged():
+    """ZCAWhitening scripts in every release (kornia tests it): its written-out forward must too."""
+    K = _kornia()
+    data = inputs.zca_input(torch.float32)[0]
+    with testing.isolated(only=["half_kernels"]):
+        module = K.enhance.ZCAWhitening().fit(data)
+        scripted = torch.jit.script(module)
+        patched = module(data)
+        assert bitwise_equal(scripted(data), patched)
+        with kornia_halfpatch.unpatched(["half_kernels"]):
+            unpatched = K.enhance.ZCAWhitening().fit(data)(data)
+    assert bitwise_equal(patched, unpatched)
