@@ -269,3 +269,26 @@ def test_zca_whitening_still_scripts_and_its_float32_is_unchanged():
         with kornia_halfpatch.unpatched(["half_kernels"]):
             unpatched = K.enhance.ZCAWhitening().fit(data)(data)
     assert bitwise_equal(patched, unpatched)
+
+
+def test_so2_and_se2_inverse_in_float16():
+    """float16 rotations are ComplexHalf (no CPU reciprocal): the inverse is the release's 1/z on
+    the widened z, narrowed, bitwise; float32 bitwise unchanged. bfloat16 has no complex dtype:
+    kornia fails before any op, as 0.9.0 refuses it (not tested here)."""
+    from kornia.geometry.liegroup import Se2, So2
+
+    theta = torch.tensor([0.5, 1.25, -2.0, 3.0])
+    with testing.isolated(only=["half_kernels"]):
+        rotation = So2.exp(theta.half())
+        got = rotation.inverse().z
+        with kornia_halfpatch.unpatched(["half_kernels"]):
+            expected = So2(rotation.z.to(torch.complex64)).inverse().z.to(torch.complex32)
+            float32 = So2.exp(theta).inverse().z
+            se2_float32 = Se2.exp(torch.tensor([[0.5, 0.25, 1.0]])).inverse().matrix()
+        assert got.dtype == torch.complex32
+        assert torch.equal(torch.view_as_real(got.to(torch.complex64)), torch.view_as_real(expected.to(torch.complex64)))
+        assert bitwise_equal(torch.view_as_real(So2.exp(theta).inverse().z), torch.view_as_real(float32))
+        se2 = Se2.exp(torch.tensor([[0.5, 0.25, 1.0]]).half()).inverse().matrix()
+        assert se2.dtype == torch.float16
+        torch.testing.assert_close(se2.float(), se2_float32, atol=4e-3, rtol=4e-3)
+        assert bitwise_equal(Se2.exp(torch.tensor([[0.5, 0.25, 1.0]])).inverse().matrix(), se2_float32)

@@ -203,7 +203,22 @@ def build_zca_forward(original: Any) -> Any:
     return like(forward, original)
 
 
+def build_so2_inverse(original: Any) -> Any:
+    def inverse(self: Any) -> Any:
+        z = self.z
+        if z.dtype == torch.complex32 and z.device.type == "cpu":
+            # float16 rotations are ComplexHalf, whose reciprocal has no CPU kernel: the release's
+            # 1 / z in complex64, narrowed once. (bfloat16 has no complex dtype at all: kornia
+            # fails before this, as 0.9.0 refuses bfloat16.)
+            return type(self)(original(type(self)(z.to(torch.complex64))).z.to(z.dtype))
+        return original(self)
+
+    return like(inverse, original)
+
+
 METHOD_TARGETS = (
+    Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
+           reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
     Target(("kornia.enhance.zca:ZCAWhitening.forward",), build_zca_forward, ("self", "x", "include_fit"),
            optional=True, reason="fit() keeps float32 statistics (zca_mean); a half input's whitening, computed in "
            "float32, narrowed once (0.9.0's dtype)"),
