@@ -267,6 +267,11 @@ def call_source(function: Callable[..., Any], argument: Callable[[inspect.Parame
 def base_namespace(original: Callable[..., Any]) -> Dict[str, Any]:
     function = getattr(original, "__func__", original)
     namespace = dict(getattr(function, "__globals__", {}))
+    # A copy of the module's globals is not the module: dynamo imports f_globals["__name__"] to
+    # read a global it inlines, so with the original module's name it looked for
+    # "_halfpatch_original" on the real module and failed (a kornia function compiled with a
+    # row's wrapper inside). Without a name it keeps these globals by identity instead.
+    namespace.pop("__name__", None)
     namespace.update(HELPERS)
     namespace["_halfpatch_original"] = original
     namespace.setdefault("torch", torch)
