@@ -309,3 +309,13 @@ def similarity_module(dtype: torch.dtype) -> Tuple[object]:
         for parameter in module.parameters():
             parameter.add_(0.125)
     return (module.to(dtype),)
+
+
+def pyramid_blur_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor, torch.Tensor]:
+    """(ScalePyramid(), a 1-channel 20x24 image, a 15-tap 1-D kernel) for 0.8.3's _blur_fast: inside
+    the workaround's guard (a side >= 15), but one channel is not depthwise and was measured to
+    return unpatched too, so an in-process test cannot hang even if the guard broke."""
+    from kornia.geometry import ScalePyramid
+
+    g = torch.Generator().manual_seed(38)
+    return ScalePyramid(), _rand(g, 1, 1, 20, 24).to(dtype), torch.full((15,), 1.0 / 16).to(dtype)

@@ -67,6 +67,8 @@ assert got.dtype == torch.float16
 torch.testing.assert_close(got.float(), expected.float(), atol=4e-3, rtol=4e-3)
 pyramid, _, _ = kornia.geometry.ScalePyramid()(torch.rand(1, 1, 41, 61).half())  # the upstream test that hung
 assert pyramid[0].dtype == torch.float16 and bool(torch.isfinite(pyramid[0]).all())
+pyramid3, _, _ = kornia.geometry.ScalePyramid()(torch.rand(1, 3, 41, 61).half())  # 0.8.3: its own depthwise convs
+assert pyramid3[0].dtype == torch.float16 and bool(torch.isfinite(pyramid3[0]).all())
 print("returned")
 """
 

@@ -4,7 +4,8 @@ On a CPU that reports ``avx512_fp16`` (Sapphire Rapids and later), torch 2.13's 
 returns from a float16 depthwise ``F.conv2d`` (groups = channels >= 2) with a 1xk kernel,
 15 <= k <= 31 (measured on a 41x61 and a 64x64 input; k = 14 or 33, kx1 kernels and one channel
 return). kornia reaches it through ``filter2d`` (``filter2d_separable``, so ``gaussian_blur2d``
-with a kernel of 15 or more, ``ScalePyramid``, ``box_blur``, ``motion_blur`` ...).
+with a kernel of 15 or more, ``ScalePyramid`` before 0.8.3, ``box_blur``, ``motion_blur`` ...) and,
+in 0.8.3, ``ScalePyramid._blur_fast`` (its own two depthwise convolutions).
 
 The row promotes ``kornia.filters.filter:filter2d`` for float16 CPU input whose kernel has a side
 of 15 or more: the filter runs in float32 (the input widened exactly; oneDNN's float32 path
@@ -35,8 +36,11 @@ HANG_KERNEL_SIDE = 15
 
 
 def large_kernel(kernel: torch.Tensor) -> bool:
-    """A kernel with a side of HANG_KERNEL_SIDE or more (2-D kernels of kornia's filter2d)."""
-    return kernel.shape[-1] >= 15 or kernel.shape[-2] >= 15
+    """A kernel with a side of HANG_KERNEL_SIDE (15) or more: filter2d's (B, kh, kw) kernels and
+    0.8.3 ScalePyramid's 1-D Gaussian, used both as 1xk and kx1."""
+    if kernel.shape[-1] >= 15:
+        return True
+    return kernel.dim() >= 2 and kernel.shape[-2] >= 15
 
 
 def cpu_has_avx512_fp16() -> bool:
@@ -65,6 +69,20 @@ FILTER_ROW = Promote(
     expects_parameters=("input", "kernel"),
     example="kornia_halfpatch.probe_inputs:large_kernel_filter",
 )
+# 0.8.3's ScalePyramid blurs with its own two depthwise F.conv2d calls (1xk, then kx1) on a
+# precomputed 1-D kernel, not through filter2d.
+PYRAMID_ROW = Promote(
+    "kornia.geometry.transform.pyramid:ScalePyramid._blur_fast",
+    "0.8.3 ScalePyramid's own float16 depthwise 1xk conv2d (k >= 15) never returns in oneDNN on avx512_fp16 "
+    "CPUs: the blur in float32, narrowed once",
+    half=("float16",),
+    device="cpu",
+    guard=f"{__name__}:large_kernel",
+    guard_arguments=("kernel",),
+    expects_parameters=("self", "x", "kernel"),
+    optional=True,
+    example="kornia_halfpatch.probe_inputs:pyramid_blur_call",
+)
 
 
 def probe(originals: Sequence[Any]) -> Finding:
@@ -83,7 +101,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="fp16_conv_hang",
-    targets=(FILTER_ROW,),
+    targets=(FILTER_ROW, PYRAMID_ROW),
     probe=probe,
     demonstration="kornia_halfpatch.demos.fp16_conv_hang:demonstrate",
 )
