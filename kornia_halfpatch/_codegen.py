@@ -30,7 +30,7 @@ import linecache
 import threading
 import types
 import typing
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -83,6 +83,16 @@ def _narrow_list(xs: List[torch.Tensor], dtype: torch.dtype) -> List[torch.Tenso
     return [_narrow(x, dtype) for x in xs]
 
 
+def _narrow_tensor_or_pair(
+    x: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], dtype: torch.dtype
+) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    # A result annotated "Tensor | tuple[Tensor, Tensor]" (conv_soft_argmax3d: output_value=True
+    # returns the pair): each tensor narrowed once.
+    if isinstance(x, torch.Tensor):
+        return _narrow(x, dtype)
+    return (_narrow(x[0], dtype), _narrow(x[1], dtype))
+
+
 HELPERS = {
     "_halfpatch_widen": _widen,
     "_halfpatch_widen_optional": _widen_optional,
@@ -90,6 +100,7 @@ HELPERS = {
     "_halfpatch_narrow": _narrow,
     "_halfpatch_narrow_optional": _narrow_optional,
     "_halfpatch_narrow_list": _narrow_list,
+    "_halfpatch_narrow_tensor_or_pair": _narrow_tensor_or_pair,
 }
 
 
@@ -98,6 +109,7 @@ HELPERS = {
 
 
 TENSOR, OPTIONAL_TENSOR, TENSOR_LIST, OTHER = "tensor", "optional_tensor", "tensor_list", "other"
+TENSOR_OR_PAIR = "tensor_or_pair"
 
 
 def _resolved_hints(function: Callable[..., Any]) -> Dict[str, Any]:
@@ -118,6 +130,10 @@ def classify(annotation: Any) -> str:
         args = typing.get_args(annotation)
         if len(args) == 2 and type(None) in args and torch.Tensor in args:
             return OPTIONAL_TENSOR
+        if len(args) == 2 and torch.Tensor in args:
+            other = args[1] if args[0] is torch.Tensor else args[0]
+            if tuple_items(other) == (torch.Tensor, torch.Tensor):
+                return TENSOR_OR_PAIR
     if typing.get_origin(annotation) in (list, List) and typing.get_args(annotation) == (torch.Tensor,):
         return TENSOR_LIST
     return OTHER
@@ -175,6 +191,8 @@ def annotation_source(annotation: Any, names: _Names) -> str:
         return f"{names.bind_typing('Union')}[{', '.join(annotation_source(a, names) for a in args)}]"
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Literal and args and all(isinstance(a, str) for a in args):
+        return "str"  # TorchScript has no Literal; the original checks the value itself
     generic = {list: "List", tuple: "Tuple", dict: "Dict"}.get(origin)
     if generic is not None and args:
         return f"{names.bind_typing(generic)}[{', '.join(annotation_source(a, names) for a in args)}]"
@@ -249,6 +267,11 @@ def call_source(function: Callable[..., Any], argument: Callable[[inspect.Parame
 def base_namespace(original: Callable[..., Any]) -> Dict[str, Any]:
     function = getattr(original, "__func__", original)
     namespace = dict(getattr(function, "__globals__", {}))
+    # A copy of the module's globals is not the module: dynamo imports f_globals["__name__"] to
+    # read a global it inlines, so with the original module's name it looked for
+    # "_halfpatch_original" on the real module and failed (a kornia function compiled with a
+    # row's wrapper inside). Without a name it keeps these globals by identity instead.
+    namespace.pop("__name__", None)
     namespace.update(HELPERS)
     namespace["_halfpatch_original"] = original
     namespace.setdefault("torch", torch)
@@ -277,6 +300,8 @@ def promote_wrapper(
     half: Sequence[str] = ("float16", "bfloat16"),
     outputs: Optional[Sequence[str]] = None,
     device: Optional[str] = None,
+    guard: Optional[Callable[..., bool]] = None,
+    guard_arguments: Sequence[str] = (),
     label: str = "",
 ) -> Callable[..., Any]:
     """``original`` run in float32 for half inputs: when the ``trigger`` tensor argument (default:
@@ -317,6 +342,8 @@ def promote_wrapper(
             return f"_halfpatch_narrow_optional({expression}, _halfpatch_dtype)"
         if kind == TENSOR_LIST:
             return f"_halfpatch_narrow_list({expression}, _halfpatch_dtype)"
+        if kind == TENSOR_OR_PAIR:
+            return f"_halfpatch_narrow_tensor_or_pair({expression}, _halfpatch_dtype)"
         return expression
 
     if items is not None:
@@ -337,6 +364,10 @@ def promote_wrapper(
     condition = dtype_condition(trigger, half)
     if device is not None:
         condition = f"({condition}) and {trigger}.device.type == {device!r}"
+    if guard is not None:
+        # A further scriptable predicate on some arguments (e.g. the kernel's size).
+        namespace["_halfpatch_guard"] = guard
+        condition = f"({condition}) and _halfpatch_guard({', '.join(guard_arguments)})"
     source = (
         f"def {function.__name__}({params}){returns}:\n"
         f"    if {condition}:\n"

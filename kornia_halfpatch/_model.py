@@ -111,6 +111,8 @@ class Promote:
     ``half``: the dtypes of the ``trigger`` tensor argument (default: the first tensor
     parameter) that take the float32 path. ``outputs``: one rule per output, ``"narrow"`` (to
     the trigger's dtype) or ``"float32"`` (kept as computed); default every output narrowed.
+    ``device``: only tensors on this device type take it. ``guard``: a further condition, a
+    scriptable predicate (``"module:function"``) called with the ``guard_arguments``.
     """
 
     candidates: Union[str, Tuple[str, ...]]
@@ -124,12 +126,20 @@ class Promote:
 
     scope = SCOPE_EVERYWHERE
     device: Optional[str] = None
+    guard: Optional[str] = None
+    guard_arguments: Tuple[str, ...] = ()
 
     def build(self, original: Any) -> Any:
         from ._codegen import promote_wrapper
 
         return promote_wrapper(
-            original, trigger=self.trigger, half=self.half, outputs=self.outputs, device=self.device
+            original,
+            trigger=self.trigger,
+            half=self.half,
+            outputs=self.outputs,
+            device=self.device,
+            guard=load(self.guard) if self.guard is not None else None,
+            guard_arguments=self.guard_arguments,
         )
 
     def target(self) -> Target:

@@ -97,3 +97,225 @@ def dense_sift_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
 
     generator = torch.Generator().manual_seed(4)
     return DenseSIFTDescriptor().to(dtype), torch.rand(1, 1, 24, 24, generator=generator).to(dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Example calls of the half_kernels rows: small, well-posed, and exactly representable in float16
+# and bfloat16 where the float32 oracle must see the same values (inputs are rounded to the
+# coarser bfloat16 grid first, then cast to ``dtype``).
+
+
+def _rand(generator: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.rand(*shape, generator=generator).bfloat16().float()
+
+
+def _in(dtype: torch.dtype, *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    return tuple(t.to(dtype) for t in tensors)
+
+
+def guided_multichannel(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(3-channel guidance, 2-channel input, kernel 5, eps 0.01): the multichannel solve path."""
+    g = torch.Generator().manual_seed(21)
+    return _in(dtype, _rand(g, 1, 3, 12, 10), _rand(g, 1, 2, 12, 10)) + (5, 0.01)
+
+
+def fft_conv_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    g = torch.Generator().manual_seed(22)
+    return _in(dtype, _rand(g, 1, 2, 16, 16), _rand(g, 1, 5, 5) / 8)
+
+
+def zca_input(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """(20, 3) samples with correlated columns (a well-conditioned covariance)."""
+    g = torch.Generator().manual_seed(23)
+    base = _rand(g, 20, 3)
+    return _in(dtype, torch.stack([base[:, 0], base[:, 0] * 0.5 + base[:, 1], base[:, 2]], 1).bfloat16().float())
+
+
+def zca_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(ZCAWhitening(), data, include_fit=True): fit and whiten in one call."""
+    from kornia.enhance import ZCAWhitening
+
+    return (ZCAWhitening(),) + zca_input(dtype) + (True,)
+
+
+def ellipses(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """(1, 4, 5) ellipses x, y, a, b, c with a positive-definite form (a, c > b)."""
+    g = torch.Generator().manual_seed(24)
+    xy = _rand(g, 1, 4, 2) * 32
+    a = 0.02 + _rand(g, 1, 4, 1) * 0.05
+    c = 0.02 + _rand(g, 1, 4, 1) * 0.05
+    b = (_rand(g, 1, 4, 1) - 0.5) * 0.01
+    return _in(dtype, torch.cat([xy, a, b, c], -1).bfloat16().float())
+
+
+def warp_kpts_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """LoFTR's warp_kpts: keypoints, two constant depth maps, a pose and intrinsics."""
+    g = torch.Generator().manual_seed(25)
+    kpts = (_rand(g, 1, 6, 2) * 14).round()
+    depth = torch.full((1, 16, 16), 2.0)
+    pose = torch.eye(4).unsqueeze(0)
+    pose[:, 0, 3] = 0.125
+    K = torch.tensor([[[16.0, 0.0, 8.0], [0.0, 16.0, 8.0], [0.0, 0.0, 1.0]]])
+    return _in(dtype, kpts, depth, depth, pose, K, K)
+
+
+def descriptor_pair(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """5 and 6 descriptors of 8 dimensions: below cdist's 25-point matmul threshold."""
+    g = torch.Generator().manual_seed(26)
+    return _in(dtype, _rand(g, 5, 8), _rand(g, 6, 8))
+
+
+def soft_argmax_volume(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    g = torch.Generator().manual_seed(27)
+    return _in(dtype, _rand(g, 1, 2, 3, 8, 8))
+
+
+def warp3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """_transform_warp_impl3d(src, a translation-and-scale 4x4, sizes, modes)."""
+    g = torch.Generator().manual_seed(28)
+    M = torch.eye(4).unsqueeze(0)
+    M[:, :3, :3] *= 1.25
+    M[:, :3, 3] = torch.tensor([0.5, -0.25, 1.0])
+    return _in(dtype, _rand(g, 1, 1, 4, 6, 6), M) + ((4, 6, 6), (4, 6, 6), "bilinear", "zeros", False)
+
+
+def _homography_points(g: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+    points1 = (_rand(g, 1, 8, 2) * 8).round()
+    H = torch.tensor([[1.0, 0.125, 1.0], [-0.0625, 1.0, 0.5], [0.0, 0.0, 1.0]])
+    points2 = points1 @ H[:2, :2].T + H[:2, 2]
+    return points1, points2.bfloat16().float()
+
+
+def homography_points(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _in(dtype, *_homography_points(torch.Generator().manual_seed(29)))
+
+
+def homography_lines(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(1, 6, 2, 2) line segments and the same segments under a similarity."""
+    p1, p2 = _homography_points(torch.Generator().manual_seed(30))
+    p1 = torch.cat([p1, p1[:, 1:].roll(1, 1)], 1)[:, :12]
+    p2 = torch.cat([p2, p2[:, 1:].roll(1, 1)], 1)[:, :12]
+    return _in(dtype, p1.view(1, 6, 2, 2), p2.view(1, 6, 2, 2))
+
+
+def fundamental_points(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """Seven correspondences of a stereo pair and method '7POINT' (the det path in every release)."""
+    g = torch.Generator().manual_seed(31)
+    X = torch.cat([_rand(g, 1, 7, 2) * 2 - 1, 2 + 2 * _rand(g, 1, 7, 1)], -1)
+    R = torch.tensor([[0.995, 0.0, 0.0998], [0.0, 1.0, 0.0], [-0.0998, 0.0, 0.995]])
+    Y = X @ R.T + torch.tensor([0.5, 0.25, 0.125])
+    x1 = X[..., :2] / X[..., 2:]
+    x2 = Y[..., :2] / Y[..., 2:]
+    return _in(dtype, x1.bfloat16().float(), x2.bfloat16().float()) + (None, "7POINT")
+
+
+def essential_points(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Six normalized correspondences (the 5-point solver wants at least five)."""
+    g = torch.Generator().manual_seed(32)
+    X = torch.cat([_rand(g, 1, 6, 2) * 2 - 1, 2 + _rand(g, 1, 6, 1)], -1)
+    x1 = X[..., :2] / X[..., 2:]
+    x2 = (X[..., :2] + torch.tensor([0.25, 0.125])) / X[..., 2:]
+    return _in(dtype, x1.bfloat16().float(), x2.bfloat16().float())
+
+
+def _essential() -> torch.Tensor:
+    # E = [t]x R for a rotation of about 0.1 rad around y and t = (1, 0.5, 0.25).
+    R = torch.tensor([[0.995, 0.0, 0.0998], [0.0, 1.0, 0.0], [-0.0998, 0.0, 0.995]])
+    t = torch.tensor([1.0, 0.5, 0.25])
+    tx = torch.tensor([[0.0, -t[2], t[1]], [t[2], 0.0, -t[0]], [-t[1], t[0], 0.0]])
+    return (tx @ R).unsqueeze(0).bfloat16().float()
+
+
+def essential_matrix(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    return _in(dtype, _essential())
+
+
+def essential_and_intrinsics(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    K = torch.tensor([[[16.0, 0.0, 8.0], [0.0, 16.0, 8.0], [0.0, 0.0, 1.0]]])
+    return _in(dtype, _essential(), K, K)
+
+
+def projection_pair(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Two 3x4 camera matrices of unit scale (the determinants stay in float16's range)."""
+    P1 = torch.cat([torch.eye(3), torch.zeros(3, 1)], 1).unsqueeze(0)
+    P2 = torch.tensor([[[1.0, 0.0, 0.125, -1.0], [0.0, 1.0, 0.0, 0.0], [-0.125, 0.0, 1.0, 0.0]]])
+    return _in(dtype, P1, P2)
+
+
+def square_matrices(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    g = torch.Generator().manual_seed(33)
+    return _in(dtype, (torch.eye(3) + _rand(g, 2, 3, 3) * 0.5).bfloat16().float())
+
+
+def projection_matrix(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """K [R | t] with K = diag(16, 16, 1) + principal point, R about z."""
+    K = torch.tensor([[16.0, 0.0, 8.0], [0.0, 16.0, 8.0], [0.0, 0.0, 1.0]])
+    R = torch.tensor([[0.96, -0.28, 0.0], [0.28, 0.96, 0.0], [0.0, 0.0, 1.0]])
+    t = torch.tensor([[0.5], [0.25], [2.0]])
+    return _in(dtype, (K @ torch.cat([R, t], 1)).unsqueeze(0).bfloat16().float())
+
+
+def large_kernel_filter(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """filter2d(3-channel 20x24 image, a 15x1 box kernel): inside the workaround's guard (a side
+    >= 15) but measured to return unpatched too (only kernel widths 15-31 hang), so an in-process
+    test cannot hang even if the guard broke."""
+    g = torch.Generator().manual_seed(34)
+    return _in(dtype, _rand(g, 1, 3, 20, 24), torch.full((1, 15, 1), 1.0 / 16))
+
+
+def quaternion_batch(dtype: torch.dtype) -> Tuple[object, None]:
+    """(Quaternion of 4 unit quaternions near identity, no weights) for average_quaternions."""
+    from kornia.geometry.quaternion import Quaternion
+
+    g = torch.Generator().manual_seed(35)
+    q = torch.tensor([1.0, 0.0, 0.0, 0.0]) + (_rand(g, 4, 4) - 0.5) * 0.25
+    return Quaternion((q / q.norm(dim=-1, keepdim=True)).bfloat16().to(dtype)), None
+
+
+def z1_points(dtype: torch.dtype) -> Tuple[object, object]:
+    """(Z1Projection(), three Vector3 points with z in [1, 3])."""
+    from kornia.geometry.vector import Vector3
+    from kornia.sensors.camera.projection_model import Z1Projection
+
+    g = torch.Generator().manual_seed(36)
+    xyz = torch.cat([_rand(g, 3, 2) * 4 - 2, 1 + (_rand(g, 3, 1) * 8).round() / 4], -1)
+    return Z1Projection(), Vector3(xyz.to(dtype))
+
+
+def pinhole_camera(dtype: torch.dtype) -> Tuple[object]:
+    """(PinholeCamera with a 4x4 intrinsics and identity extrinsics, batch 1)."""
+    from kornia.geometry.camera import PinholeCamera
+
+    K = torch.tensor([[[16.0, 0.0, 8.0, 0.0], [0.0, 16.0, 6.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]])
+    E = torch.eye(4).unsqueeze(0)
+    return (PinholeCamera(K.to(dtype), E.to(dtype), torch.tensor([12.0]).to(dtype), torch.tensor([16.0]).to(dtype)),)
+
+
+def homography_module(dtype: torch.dtype) -> Tuple[object]:
+    """(image_registrator.Homography whose model is a well-conditioned 3x3 matrix)."""
+    from kornia.geometry.transform.image_registrator import Homography
+
+    module = Homography()
+    with torch.no_grad():
+        module.model.copy_(torch.tensor([[1.25, 0.125, 2.0], [-0.0625, 1.0, 0.5], [0.0, 0.0, 1.0]]))
+    return (module.to(dtype),)
+
+
+def similarity_module(dtype: torch.dtype) -> Tuple[object]:
+    from kornia.geometry.transform.image_registrator import Similarity
+
+    module = Similarity(True, True, True)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.125)
+    return (module.to(dtype),)
+
+
+def pyramid_blur_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor, torch.Tensor]:
+    """(ScalePyramid(), a 1-channel 20x24 image, a 15-tap 1-D kernel) for 0.8.3's _blur_fast: inside
+    the workaround's guard (a side >= 15), but one channel is not depthwise and was measured to
+    return unpatched too, so an in-process test cannot hang even if the guard broke."""
+    from kornia.geometry import ScalePyramid
+
+    g = torch.Generator().manual_seed(38)
+    return ScalePyramid(), _rand(g, 1, 1, 20, 24).to(dtype), torch.full((15,), 1.0 / 16).to(dtype)

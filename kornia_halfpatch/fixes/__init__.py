@@ -16,6 +16,8 @@ FIX_NAMES = (
     "quad_interp_solve",
     "laf_patches",
     "grid_sample_cpu",
+    "half_kernels",
+    "fp16_conv_hang",
 )
 
 

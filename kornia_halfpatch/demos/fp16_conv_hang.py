@@ -1,0 +1,48 @@
+"""Live before/after of fp16_conv_hang for the CLI: kornia's float16 gaussian_blur2d with a
+15x15 kernel, run in a subprocess with a timeout (unpatched it never returns on avx512_fp16 CPUs,
+so it cannot run in this process)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from .._model import Demonstration
+
+TIMEOUT_S = 10.0
+CALL = """
+import torch, kornia, kornia_halfpatch
+if {patched}:
+    kornia_halfpatch.apply(only=["fp16_conv_hang"])
+x = torch.rand(1, 3, 41, 61, generator=torch.Generator().manual_seed(0)).half()
+out = kornia.filters.gaussian_blur2d(x, (15, 15), (2.0, 2.0))
+print(out.dtype, bool(torch.isfinite(out).all()))
+"""
+
+
+def _run(patched: bool) -> tuple:
+    env = dict(os.environ, KORNIA_HALFPATCH_DISABLE="", OMP_NUM_THREADS="1")
+    env["KORNIA_HALFPATCH_FP16_CONV_HANG"] = os.environ.get("KORNIA_HALFPATCH_FP16_CONV_HANG", "auto")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(os.path.dirname(__file__))), env.get("PYTHONPATH", "")] if p)
+    start = time.perf_counter()
+    try:
+        result = subprocess.run([sys.executable, "-c", CALL.format(patched=patched)], capture_output=True, text=True,
+                                timeout=TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        return f"no return in {TIMEOUT_S:.0f} s (killed)", False
+    if result.returncode != 0:
+        return f"exit {result.returncode}: {result.stderr.strip().splitlines()[-1:]}", False
+    elapsed = time.perf_counter() - start
+    ok = result.stdout.split() == ["torch.float16", "True"]
+    return f"{'float16, finite' if ok else result.stdout.strip()} in {elapsed:.1f} s", ok
+
+
+def demonstrate() -> Demonstration:
+    demo = Demonstration("float16 gaussian_blur2d, kernel 15x15, 41x61 image (subprocess, timeout 10 s)")
+    before, _ = _run(patched=False)
+    after, holds = _run(patched=True)
+    demo.rows.append(("kornia.filters.gaussian_blur2d", before, after))
+    demo.holds = holds
+    return demo
