@@ -414,10 +414,14 @@ def rgb_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
 
 
 def colormap_call(dtype: torch.dtype) -> Tuple[object, object]:
-    """(a (1, 1, 6, 6) image of 0..35, the 'autumn' colormap)."""
-    from kornia.color import ColorMap
+    """(a (1, 1, 6, 6) image of 0..35, the 'autumn' colormap, float32 colours)."""
+    from kornia.color import colormap
 
-    return torch.arange(36.0).view(1, 1, 6, 6).to(dtype), ColorMap("autumn")
+    if hasattr(colormap, "AUTUMN"):  # 0.7.0: one class per colormap
+        autumn = colormap.AUTUMN(64, None, torch.float32)
+    else:
+        autumn = colormap.ColorMap("autumn", 64, None, torch.float32)
+    return torch.arange(36.0).view(1, 1, 6, 6).to(dtype), autumn
 
 
 def augmentation_dtype_check(dtype: torch.dtype) -> Tuple[torch.Tensor, list]:

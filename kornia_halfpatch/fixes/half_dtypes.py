@@ -45,7 +45,8 @@ ROWS = (
          "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
          "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)", "rgb_image"),
     _row("kornia.color.colormap:apply_colormap",
-         "KORNIA_CHECK refuses bfloat16: the lookup index computed from the widened image", "colormap_call"),
+         "KORNIA_CHECK refuses bfloat16: the lookup index computed from the widened image; the colours kept in "
+         "the colormap's dtype (float32 by default), as 0.9.0 returns them", "colormap_call", outputs=("float32",)),
     # enhance
     _row("kornia.enhance.adjust:adjust_hue", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
     _row("kornia.enhance.adjust:adjust_saturation", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
