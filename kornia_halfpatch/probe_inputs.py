@@ -436,3 +436,36 @@ def discrete_kernel_call(dtype: torch.dtype) -> Tuple[object, ...]:
 def normal_transform_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """(height 1, width 5, eps, device, dtype): the single-row image HomographyWarper normalises."""
     return 1, 5, 1e-14, None, dtype
+
+
+def histogram_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a (1, 1, 16, 16) image, min 0, max 1, 16 bins)."""
+    g = torch.Generator().manual_seed(53)
+    return _in(dtype, _rand(g, 1, 1, 16, 16)) + (0.0, 1.0, 16)
+
+
+def lovasz_hinge_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(54)
+    pred = (torch.randn(2, 1, 8, 8, generator=g)).bfloat16().float()
+    return pred.to(dtype), torch.randint(0, 2, (2, 8, 8), generator=g)
+
+
+def lovasz_softmax_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(55)
+    pred = (torch.randn(2, 3, 8, 8, generator=g)).bfloat16().float()
+    return pred.to(dtype), torch.randint(0, 3, (2, 8, 8), generator=g)
+
+
+def planckian_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(RandomPlanckianJitter, a (2, 3, 8, 8) image, its parameters drawn under seed 56, flags)."""
+    from kornia.augmentation import RandomPlanckianJitter
+
+    module = RandomPlanckianJitter(p=1.0)
+    image = _in(dtype, _rand(torch.Generator().manual_seed(56), 2, 3, 8, 8))[0]
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(56)
+        params = module.forward_parameters(image.shape)
+    finally:
+        torch.random.set_rng_state(state)
+    return module, image, params, module.flags

@@ -54,12 +54,21 @@ def api_cases():
         "get_gaussian_discrete_kernel1d dtype": lambda d: K.filters.get_gaussian_discrete_kernel1d(9, 2.5, dtype=d),
         "normal_transform_pixel": lambda d: K.geometry.conversions.normal_transform_pixel(
             *inputs.normal_transform_call(d)),
+        "image_histogram2d": lambda d: K.enhance.image_histogram2d(*inputs.histogram_call(d)),
+        "lovasz_hinge_loss": lambda d: K.losses.lovasz_hinge_loss(*inputs.lovasz_hinge_call(d)),
+        "lovasz_softmax_loss": lambda d: K.losses.lovasz_softmax_loss(*inputs.lovasz_softmax_call(d)),
+        "RandomPlanckianJitter": lambda d: _seeded(K.augmentation.RandomPlanckianJitter(p=1.0), inputs.rgb_image(d)[0]),
     }
     return cases
 
 
+def _seeded(module, image):
+    torch.manual_seed(57)
+    return module(image)
+
+
 # 0.9.0's output dtype where it is not the input's half dtype.
-FLOAT32_OUTPUTS = {"apply_colormap"}
+FLOAT32_OUTPUTS = {"apply_colormap", "image_histogram2d"}
 # Not the release's float32 narrowed, by a documented rule (docs/fixes/half_dtypes.md).
 OWN_RULE = {"normal_transform_pixel"}
 

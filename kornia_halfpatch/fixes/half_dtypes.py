@@ -87,6 +87,23 @@ ROWS = (
          "weighted_homography_points"),
 )
 
+# Output dtypes: kornia 0.9.0 keeps histograms in float32 (counts past 2048 lose whole units in
+# float16, past 256 in bfloat16) and returns the input's half dtype where 0.7-0.8 drift to float32.
+OUTPUT_DTYPES = (
+    _row("kornia.enhance.histogram:image_histogram2d",
+         "histogram counts and the kernel density sum lose whole units in half: in float32, kept in float32 "
+         "as 0.9.0 returns them", "histogram_call", outputs=("float32", "float32")),
+    _row("kornia.losses.lovasz_hinge:lovasz_hinge_loss",
+         "float32 returned for half input (float32 sorting buffers); the sorted cumulative Jaccard sums in "
+         "float32, narrowed to the input's dtype as 0.9.0", "lovasz_hinge_call"),
+    _row("kornia.losses.lovasz_softmax:lovasz_softmax_loss",
+         "float32 returned for half input; the cumulative Jaccard sums in float32, narrowed to the input's dtype "
+         "as 0.9.0", "lovasz_softmax_call"),
+    _row("kornia.augmentation._2d.intensity.planckian_jitter:RandomPlanckianJitter.apply_transform",
+         "the float32 Planckian coefficients promote a half image to float32: applied in float32, narrowed "
+         "to the input's dtype as 0.9.0", "planckian_call"),
+)
+
 ALLOW_LISTS = (
     WidenDtypes("kornia.augmentation.utils.helpers:_validate_input_dtype",
                 "every augmentation refuses bfloat16 (accepts float16/32/64): half gained where float32 is accepted",
@@ -160,6 +177,6 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="half_dtypes",
-    targets=ROWS + ALLOW_LISTS + FACTORIES,
+    targets=ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
     probe=probe,
 )
