@@ -179,4 +179,5 @@ FIX = Fix(
     name="half_dtypes",
     targets=ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
     probe=probe,
+    demonstration="kornia_halfpatch.demos.half_dtypes:demonstrate",
 )
