@@ -319,3 +319,163 @@ def pyramid_blur_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor, torch.T
 
     g = torch.Generator().manual_seed(38)
     return ScalePyramid(), _rand(g, 1, 1, 20, 24).to(dtype), torch.full((15,), 1.0 / 16).to(dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Example calls of the half_dtypes rows. Images hold gray pixels (r = g = b: the zero-chroma
+# case whose eps vanishes in float16) and values on the bfloat16 grid, so float32 sees exactly
+# the half values.
+
+
+def gray_patch_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """(2, 3, 8, 8) RGB in [0, 1], the top rows gray (r = g = b)."""
+    g = torch.Generator().manual_seed(41)
+    image = _rand(g, 2, 3, 8, 8)
+    image[:, :, :3] = image[:, :1, :3]
+    return _in(dtype, image)
+
+
+def hsv_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """(2, 3, 8, 8) HSV: hue in [0, 2 pi), saturation and value in [0, 1]."""
+    g = torch.Generator().manual_seed(42)
+    image = _rand(g, 2, 3, 8, 8)
+    image[:, 0] = (image[:, 0] * 6.25).bfloat16().float()
+    return _in(dtype, image)
+
+
+def gray_image_and_factor(dtype: torch.dtype) -> Tuple[object, ...]:
+    return gray_patch_image(dtype) + (0.375,)
+
+
+def image_to_equalize(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """(1, 3, 64, 64): histogram counts up to 4096, past float16's integer grid (2048)."""
+    g = torch.Generator().manual_seed(43)
+    return _in(dtype, (_rand(g, 1, 3, 64, 64) * 0.5).bfloat16().float())
+
+
+def image_pair_window(dtype: torch.dtype) -> Tuple[object, ...]:
+    """Two (1, 3, 16, 16) images and window 5: local variances of nearby pixels cancel in half."""
+    g = torch.Generator().manual_seed(44)
+    first = _rand(g, 1, 3, 16, 16)
+    second = (first + 0.05 * _rand(g, 1, 3, 16, 16)).clamp(0, 1).bfloat16().float()
+    return _in(dtype, first, second) + (5,)
+
+
+def image_pair(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return image_pair_window(dtype)[:2]
+
+
+def single_channel_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    g = torch.Generator().manual_seed(45)
+    return _in(dtype, _rand(g, 1, 1, 16, 16))
+
+
+def luv_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """(1, 3, 8, 8) Luv: L in [0, 100], u, v in [-50, 50]."""
+    g = torch.Generator().manual_seed(46)
+    image = _rand(g, 1, 3, 8, 8)
+    image[:, 0] *= 100
+    image[:, 1:] = image[:, 1:] * 100 - 50
+    return _in(dtype, image.bfloat16().float())
+
+
+def depth_and_camera(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(47)
+    depth = 1 + _rand(g, 1, 1, 8, 8)
+    camera = torch.tensor([[[8.0, 0.0, 4.0], [0.0, 8.0, 4.0], [0.0, 0.0, 1.0]]])
+    return _in(dtype, depth.bfloat16().float(), camera)
+
+
+def tps_points(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Six source points in [0, 1] and targets moved by up to 0.05: r^2 log r of close points
+    underflows in float16."""
+    g = torch.Generator().manual_seed(48)
+    source = _rand(g, 1, 6, 2)
+    target = (source + 0.05 * _rand(g, 1, 6, 2)).bfloat16().float()
+    return _in(dtype, source, target)
+
+
+def tps_warp_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(image, centres, kernel weights, affine weights): the weights solved in float32."""
+    import kornia
+
+    source, target = tps_points(torch.float32)
+    kernel, affine = kornia.geometry.transform.get_tps_transform(source, target)
+    g = torch.Generator().manual_seed(49)
+    return _in(dtype, _rand(g, 1, 3, 12, 12), source, kernel.bfloat16().float(), affine.bfloat16().float())
+
+
+def affine_shape_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    """(PatchAffineShapeEstimator(16), two textured patches)."""
+    from kornia.feature import PatchAffineShapeEstimator
+
+    g = torch.Generator().manual_seed(50)
+    return PatchAffineShapeEstimator(16).to(dtype), _in(dtype, _rand(g, 2, 1, 16, 16))[0]
+
+
+def weighted_homography_points(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    points1, points2 = _homography_points(torch.Generator().manual_seed(51))
+    return _in(dtype, points1, points2, torch.ones(1, points1.shape[1]))
+
+
+def rgb_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    g = torch.Generator().manual_seed(52)
+    return _in(dtype, _rand(g, 1, 3, 16, 16))
+
+
+def colormap_call(dtype: torch.dtype) -> Tuple[object, object]:
+    """(a (1, 1, 6, 6) image of 0..35, the 'autumn' colormap, float32 colours)."""
+    from kornia.color import colormap
+
+    if hasattr(colormap, "AUTUMN"):  # 0.7.0: one class per colormap
+        autumn = colormap.AUTUMN(64, None, torch.float32)
+    else:
+        autumn = colormap.ColorMap("autumn", 64, None, torch.float32)
+    return torch.arange(36.0).view(1, 1, 6, 6).to(dtype), autumn
+
+
+def augmentation_dtype_check(dtype: torch.dtype) -> Tuple[torch.Tensor, list]:
+    return torch.zeros(1, 3, 4, 4, dtype=dtype), [torch.float16, torch.float32, torch.float64]
+
+
+def discrete_kernel_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(kernel 9, sigma 2.5 as a (2, 1) tensor in ``dtype``)."""
+    return 9, torch.tensor([[2.5], [1.5]], dtype=dtype)
+
+
+def normal_transform_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(height 1, width 5, eps, device, dtype): the single-row image HomographyWarper normalises."""
+    return 1, 5, 1e-14, None, dtype
+
+
+def histogram_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a (1, 1, 16, 16) image, min 0, max 1, 16 bins)."""
+    g = torch.Generator().manual_seed(53)
+    return _in(dtype, _rand(g, 1, 1, 16, 16)) + (0.0, 1.0, 16)
+
+
+def lovasz_hinge_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(54)
+    pred = (torch.randn(2, 1, 8, 8, generator=g)).bfloat16().float()
+    return pred.to(dtype), torch.randint(0, 2, (2, 8, 8), generator=g)
+
+
+def lovasz_softmax_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(55)
+    pred = (torch.randn(2, 3, 8, 8, generator=g)).bfloat16().float()
+    return pred.to(dtype), torch.randint(0, 3, (2, 8, 8), generator=g)
+
+
+def planckian_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(RandomPlanckianJitter, a (2, 3, 8, 8) image, its parameters drawn under seed 56, flags)."""
+    from kornia.augmentation import RandomPlanckianJitter
+
+    module = RandomPlanckianJitter(p=1.0)
+    image = _in(dtype, _rand(torch.Generator().manual_seed(56), 2, 3, 8, 8))[0]
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(56)
+        params = module.forward_parameters(image.shape)
+    finally:
+        torch.random.set_rng_state(state)
+    return module, image, params, module.flags

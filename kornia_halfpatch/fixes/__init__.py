@@ -17,6 +17,7 @@ FIX_NAMES = (
     "laf_patches",
     "grid_sample_cpu",
     "half_kernels",
+    "half_dtypes",
     "fp16_conv_hang",
 )
 

@@ -1,0 +1,183 @@
+"""float16/bfloat16 accepted, finite and right in color, filters, enhance, metrics, losses,
+feature and augmentation (issue 10; docs/fixes/half_dtypes.md).
+
+Each row promotes a kornia function whose half computation is wrong in kornia 0.7.0-0.8.3 for a
+numerical reason the row names (an ``eps`` that is 0 in float16, a sum that passes 65504, a
+variance that cancels, a kernel refusing a dtype): on a float16/bfloat16 tensor the half
+tensor arguments are widened to float32 (exact), the installed release's function runs, and the
+output is narrowed once to the input's half dtype (kornia 0.9.0's output dtype for every row
+here). So the half result is the release's float32 result narrowed, bitwise on CPU.
+float32/float64 call the original unchanged.
+
+Two functions take a dtype, not a tensor (kernel and matrix factories); they are hand-written.
+The augmentation dtype check gains float16/bfloat16 wherever it accepts float32; integer and
+complex inputs still get kornia's own error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed
+from ._common import like
+
+EXAMPLES = "kornia_halfpatch.probe_inputs"
+
+
+def _row(path: str, reason: str, example: str, **options: Any) -> Promote:
+    return Promote(path, reason, optional=True, example=f"{EXAMPLES}:{example}", **options)
+
+
+ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
+
+ROWS = (
+    # color
+    _row("kornia.color.hls:rgb_to_hls", ZERO_CHROMA + " (and saturation)", "gray_patch_image"),
+    _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA, "gray_patch_image"),
+    _row("kornia.color.hsv:hsv_to_rgb",
+         "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
+         "(hue * 3/pi) in float32", "hsv_image"),
+    _row("kornia.color.luv:luv_to_rgb",
+         "the XYZ cube and the sRGB gamma of L up to 100 lose 3 half steps and more: in float32", "luv_image"),
+    _row("kornia.color.gray:rgb_to_grayscale",
+         "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
+         "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)", "rgb_image"),
+    _row("kornia.color.colormap:apply_colormap",
+         "KORNIA_CHECK refuses bfloat16: the lookup index computed from the widened image; the colours kept in "
+         "the colormap's dtype (float32 by default), as 0.9.0 returns them", "colormap_call", outputs=("float32",)),
+    # enhance
+    _row("kornia.enhance.adjust:adjust_hue", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:adjust_saturation", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:adjust_hue_raw", ZERO_CHROMA + " on the hsv round trip", "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:adjust_saturation_raw", ZERO_CHROMA + " on the hsv round trip",
+         "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:equalize",
+         "histogram counts pass float16's range (65504) on 256x256 images and its integer grid (2048) on "
+         "smaller ones: the histogram and CDF in float32", "image_to_equalize"),
+    # metrics and losses
+    _row("kornia.metrics.ssim:ssim",
+         "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32",
+         "image_pair_window"),
+    _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32", "image_pair_window"),
+    _row("kornia.losses.charbonnier:charbonnier_loss",
+         "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32", "image_pair"),
+    # filters and feature
+    _row("kornia.filters.canny:canny",
+         "float16: 'expected scalar type Float but found Half' (a float32 kernel meets the half image); "
+         "bfloat16 refused by rgb_to_grayscale: edges and magnitudes in float32, narrowed once", "rgb_image"),
+    _row("kornia.feature.responses:gftt_response",
+         "the smallest eigenvalue (a+c)/2 - sqrt(((a-c)/2)^2 + b^2) of the structure tensor cancels in half",
+         "single_channel_image"),
+    _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
+         "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32",
+         "affine_shape_call"),
+    # geometry
+    _row("kornia.geometry.depth:depth_to_normals",
+         "the cross product of neighbouring point differences cancels in half: in float32", "depth_and_camera"),
+    _row("kornia.geometry.transform.thin_plate_spline:get_tps_transform",
+         "r^2 log r of close points underflows and the kernel system is solved in half: NaN; in float32",
+         "tps_points"),
+    _row("kornia.geometry.transform.thin_plate_spline:warp_image_tps",
+         "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32",
+         "tps_warp_call"),
+    _row("kornia.geometry.homography:find_homography_dlt_iterated",
+         "0.8.3: the residual reweighting of half points overflows (NaN); the iterations in float32",
+         "weighted_homography_points"),
+)
+
+# Output dtypes: kornia 0.9.0 keeps histograms in float32 (counts past 2048 lose whole units in
+# float16, past 256 in bfloat16) and returns the input's half dtype where 0.7-0.8 drift to float32.
+OUTPUT_DTYPES = (
+    _row("kornia.enhance.histogram:image_histogram2d",
+         "histogram counts and the kernel density sum lose whole units in half: in float32, kept in float32 "
+         "as 0.9.0 returns them", "histogram_call", outputs=("float32", "float32")),
+    _row("kornia.losses.lovasz_hinge:lovasz_hinge_loss",
+         "float32 returned for half input (float32 sorting buffers); the sorted cumulative Jaccard sums in "
+         "float32, narrowed to the input's dtype as 0.9.0", "lovasz_hinge_call"),
+    _row("kornia.losses.lovasz_softmax:lovasz_softmax_loss",
+         "float32 returned for half input; the cumulative Jaccard sums in float32, narrowed to the input's dtype "
+         "as 0.9.0", "lovasz_softmax_call"),
+    _row("kornia.augmentation._2d.intensity.planckian_jitter:RandomPlanckianJitter.apply_transform",
+         "the float32 Planckian coefficients promote a half image to float32: applied in float32, narrowed "
+         "to the input's dtype as 0.9.0", "planckian_call"),
+)
+
+ALLOW_LISTS = (
+    WidenDtypes("kornia.augmentation.utils.helpers:_validate_input_dtype",
+                "every augmentation refuses bfloat16 (accepts float16/32/64): half gained where float32 is accepted",
+                optional=True, example=f"{EXAMPLES}:augmentation_dtype_check"),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Factories that take a dtype, not a tensor: written out
+
+
+def _is_half(dtype: Optional[torch.dtype]) -> bool:
+    return dtype == torch.float16 or dtype == torch.bfloat16
+
+
+def build_discrete_kernel(original: Any) -> Any:
+    def get_gaussian_discrete_kernel1d(kernel_size, sigma, force_even=False, *, device=None, dtype=None):
+        half = dtype if _is_half(dtype) else None
+        if half is None and isinstance(sigma, torch.Tensor) and _is_half(sigma.dtype):
+            half = sigma.dtype
+        if half is not None:
+            # The modified Bessel series sums terms up to e^(sigma^2)-sized (its scaled form still
+            # overflows 65504): the float32 coefficients, each in [0, 1], narrowed once.
+            widened = sigma.float() if isinstance(sigma, torch.Tensor) else sigma
+            return original(kernel_size, widened, force_even, device=device,
+                            dtype=torch.float32 if dtype is not None else None).to(half)
+        return original(kernel_size, sigma, force_even, device=device, dtype=dtype)
+
+    return like(get_gaussian_discrete_kernel1d, original)
+
+
+def build_normal_transform_pixel(original: Any) -> Any:
+    def normal_transform_pixel(height, width, eps=1e-14, device=None, dtype=None):
+        if _is_half(dtype):
+            matrix = original(height, width, eps, device, torch.float32)
+            # A side of 1 divides by eps: 2/eps = 2e14 is Inf in float16 (and meaningless in
+            # bfloat16). That side has one pixel, coordinate 0, which maps to -1 under any scale,
+            # so the scale of 0.9.0 (1) gives the same normalised coordinate and stays finite.
+            if width == 1:
+                matrix[..., 0, 0] = 1.0
+            if height == 1:
+                matrix[..., 1, 1] = 1.0
+            return matrix.to(dtype)
+        return original(height, width, eps, device, dtype)
+
+    return like(normal_transform_pixel, original)
+
+
+FACTORIES = (
+    Target(("kornia.filters.kernels:get_gaussian_discrete_kernel1d",), build_discrete_kernel,
+           ("kernel_size", "sigma", "force_even"), optional=True,
+           reason="the Bessel series overflows float16: all NaN; coefficients in float32, narrowed once "
+                  "(the discrete Gaussian blurs use it)",
+           example=f"{EXAMPLES}:discrete_kernel_call"),
+    Target(("kornia.geometry.conversions:normal_transform_pixel",), build_normal_transform_pixel,
+           ("height", "width", "eps"), optional=True,
+           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; its scale is 1 (0.9.0's) in half",
+           example=f"{EXAMPLES}:normal_transform_call"),
+)
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    """The zero-chroma NaN of rgb_to_hsv in float16, or bfloat16 refused by rgb_to_grayscale."""
+    rgb_to_hls = originals[0]
+    if rgb_to_hls is not None:
+        gray = torch.full((1, 3, 1, 1), 0.5, dtype=torch.float16)
+        if not bool(torch.isfinite(rgb_to_hls(gray)).all()):
+            return bug_present("rgb_to_hls of a gray float16 pixel is NaN (eps=1e-8 is 0 in float16)")
+    return not_needed("rgb_to_hls of a gray float16 pixel is finite")
+
+
+FIX = Fix(
+    name="half_dtypes",
+    targets=ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.half_dtypes:demonstrate",
+)
