@@ -1,0 +1,143 @@
+"""Issue 14: patched functions called from 8 threads while another thread applies and reverts.
+
+Every result must be the patched answer or the unpatched answer (both computed first, in this
+process), never an exception and never a mixture. A call's answers with a single fix in force
+that differ from both are computed too, and counted as mixtures when seen: ``homography_warp``
+of a wide bfloat16 image reaches two fixes (``meshgrid`` through its module's
+``create_meshgrid``, ``grid_sample_cpu`` through its ``F.grid_sample``) and answers differently
+with either alone.
+Bounded in time: the workers run for ``SECONDS``.
+"""
+
+import threading
+import time
+
+import pytest
+import torch
+
+import kornia
+import kornia.feature
+import kornia_halfpatch
+from support import bitwise_equal, needs_old_kornia
+
+pytestmark = needs_old_kornia
+
+SECONDS = 3.0
+WORKERS = 8
+
+
+def calls(shared_sift=None):
+    """name -> a call that looks every kornia function up at call time (as kornia code does).
+
+    SIFTDescriptor converts its own kernel to the input's dtype on every call (``self.pk.to``),
+    so each call gets its own instance unless ``shared_sift`` is given."""
+    from kornia.geometry import transform
+    from kornia.geometry.transform import homography_warper
+
+    generator = torch.Generator().manual_seed(7)
+    image = torch.rand(1, 2, 24, 20, generator=generator).half()
+    # 300 pixels wide in bfloat16: both fixes on homography_warp's path change its answer (its
+    # normalized grid from create_meshgrid in the image dtype; its sampling is grid_sample's).
+    wide = torch.rand(1, 1, 6, 300, generator=generator).bfloat16()
+    homography = torch.tensor([[[1.0, 0.05, 1.5], [-0.03, 0.95, 2.0], [0.001, 0.0, 1.0]]]).half()
+    laf = torch.tensor([[[[5.0, 1.0, 10.0], [-1.0, 5.0, 12.0]]]]).half()
+    patch = torch.rand(3, 1, 16, 16, generator=generator).half()
+    cpu = torch.device("cpu")
+    return {
+        "create_meshgrid": lambda: homography_warper.create_meshgrid(4, 300, True, cpu, torch.bfloat16),
+        "homography_warp": lambda: homography_warper.homography_warp(wide, homography.bfloat16(), (6, 300)),
+        "rotate": lambda: transform.rotate(image, torch.tensor([21.0]).half()),
+        "extract_patches_simple": lambda: kornia.feature.extract_patches_simple(image, laf, 8),
+        "sift_descriptor": lambda: (shared_sift or kornia.feature.SIFTDescriptor(16))(patch),
+    }
+
+
+def answers(call):
+    """Every answer ``call`` may legitimately give (patched, unpatched), and the mixtures it must
+    never give: its answers with a single fix in force that differ from both."""
+    singles = []
+    with kornia_halfpatch.unpatched():
+        unpatched = call()
+        for name in kornia_halfpatch.fix_names():
+            with kornia_halfpatch.patched(only=[name]):
+                singles.append(call())
+    patched = call()
+    allowed = [patched, unpatched]
+    mixtures = [m for m in singles if not any(bitwise_equal(m, a) for a in allowed)]
+    return allowed, mixtures
+
+
+def run_threads_against_apply_revert(work):
+    """Returns (errors, wrong, mixed, seen, cycles) after SECONDS of WORKERS threads calling
+    ``work`` while one thread reverts and applies in a loop."""
+    references = {name: answers(call) for name, call in work.items()}
+    stop = threading.Event()
+    errors, wrong, mixed = [], [], []
+    seen = {name: [0, 0] for name in work}  # [patched, unpatched] answers observed
+    cycles = [0]
+
+    def worker():
+        while not stop.is_set():
+            for name, call in work.items():
+                try:
+                    result = call()
+                except Exception as exc:  # noqa: BLE001 - any exception fails the test
+                    errors.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
+                    continue
+                allowed, mixtures = references[name]
+                match = [i for i, answer in enumerate(allowed) if bitwise_equal(result, answer)]
+                if match:
+                    seen[name][match[0]] += 1
+                elif any(bitwise_equal(result, m) for m in mixtures):
+                    mixed.append(name)
+                else:
+                    wrong.append(name)
+
+    def toggler():
+        while not stop.is_set():
+            try:
+                kornia_halfpatch.revert()
+                kornia_halfpatch.apply()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"apply/revert: {type(exc).__name__}: {exc}")
+            cycles[0] += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(WORKERS)] + [threading.Thread(target=toggler)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(SECONDS)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        kornia_halfpatch.revert()
+        kornia_halfpatch.apply()
+    assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
+    return references, errors, wrong, mixed, seen, cycles[0]
+
+
+def test_patched_calls_from_threads_while_apply_and_revert_loop():
+    kornia_halfpatch.apply()
+    work = calls()
+    references, errors, wrong, mixed, seen, cycles = run_threads_against_apply_revert(work)
+    assert any(not bitwise_equal(*references[name][0]) for name in work), "no call tells patched from unpatched"
+    assert references["homography_warp"][1], "homography_warp answers no differently with one fix"
+    assert not errors, errors[:10]
+    assert cycles >= 2, "apply/revert did not cycle while the workers ran"
+    assert not wrong, f"answers that are neither patched nor unpatched: {sorted(set(wrong))}"
+    assert not mixed, f"{len(mixed)} mixed answers (one fix in force, not the other): {sorted(set(mixed))}; seen {seen}"
+
+
+def test_a_shared_sift_descriptor_while_apply_and_revert_loop():
+    # One SIFTDescriptor used by every thread, float16 patches only. Without the shim, or with
+    # it in force throughout, every call converts the shared kernel to the same dtype. While
+    # apply()/revert() cycle, patched calls (float32 inside) and unpatched calls (float16)
+    # convert the same kernel both ways under each other.
+    kornia_halfpatch.apply()
+    shared = kornia.feature.SIFTDescriptor(16)
+    work = {"sift_descriptor": calls(shared_sift=shared)["sift_descriptor"]}
+    _, errors, wrong, mixed, _, cycles = run_threads_against_apply_revert(work)
+    assert cycles >= 2
+    assert not errors, f"{len(errors)} calls raised, e.g. {errors[0]}"
+    assert not wrong and not mixed
