@@ -1,6 +1,6 @@
 """Benchmark for the ``descriptor_norm`` fix: SOSNet on CPU, batch 256.
 
-    python benchmarks/bench_descriptor_norm.py --oracle-python /work/envs/k0.9.0/bin/python
+    tox -e bench-oracle && .tox/bench/bin/python benchmarks/bench_descriptor_norm.py --oracle-python .tox/bench-oracle/bin/python
 
 Measures, in one run, with the variants interleaved round by round and medians taken:
 

@@ -4,8 +4,8 @@ Run with an old kornia's python; kornia 0.9.0 runs in a worker process started w
 ``--oracle-python`` (the 0.9.0 env's python). The three variants are timed interleaved, call by
 call (the worker times one call when asked), and the medians are compared:
 
-    /work/envs/k0.8.2/bin/python benchmarks/bench_laf_patches.py \
-        --oracle-python /work/envs/k0.9.0/bin/python
+    tox -e bench-oracle && .tox/bench/bin/python benchmarks/bench_laf_patches.py \
+        --oracle-python .tox/bench-oracle/bin/python
 
 Cases: extract_patches_simple and extract_patches_from_pyramid, float16 and float32 images with
 LAFs of the same dtype, CPU, B=2, N=512, PS=32, CH=1 and 3, on a 180x180 image by default

@@ -1,4 +1,4 @@
-"""quad_interp_solve: survey and cost of the float16 sub-voxel solve fix (SPEC F4).
+"""quad_interp_solve: survey and cost of the float16 sub-voxel solve fix (docs/fixes/quad_interp_solve.md).
 
 Run with the python of one kornia environment; every number is measured in that one process.
 

@@ -10,12 +10,11 @@ Set ``KORNIA_HALFPATCH_DISABLE=1`` to turn the shim off without touching code.
 """
 
 from ._engine import (
-    Demonstration,
-    Fix,
     FixStatus,
     HalfPatchWarning,
     Report,
-    Target,
+    RowStatus,
+    Verdict,
     applied_fixes,
     apply,
     fix_names,
@@ -29,13 +28,14 @@ from ._engine import (
 
 __version__ = "0.1.0"
 
+# Fix, Target and the row kinds (kornia_halfpatch._model) are not public: there is no public
+# way to register a fix, so they stay importable for this package and its tests only.
 __all__ = [
-    "Demonstration",
-    "Fix",
     "FixStatus",
     "HalfPatchWarning",
     "Report",
-    "Target",
+    "RowStatus",
+    "Verdict",
     "applied_fixes",
     "apply",
     "fix_names",

@@ -40,7 +40,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if fix.name not in report.applied:
             print(f"[{fix.name}] not applied here: {report.fixes[fix.name].reason}")
             continue
-        if fix.demonstrate is None:
+        if fix.demonstration is None:
             print(f"[{fix.name}] no demonstration")
             continue
         started = time.perf_counter()

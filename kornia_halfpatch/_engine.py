@@ -52,114 +52,38 @@ class HalfPatchWarning(UserWarning):
     """Something the shim could not do, or did not do, that a user should know about."""
 
 
-# --------------------------------------------------------------------------------------------
-# What fix modules declare
-
-# Where a replacement goes. "everywhere": on its home module or class, plus every kornia alias
-# (the default). "kornia": kornia's code only, through aliases and module views (see docstring).
-SCOPE_EVERYWHERE = "everywhere"
-SCOPE_KORNIA = "kornia"
-
-
-@dataclass(frozen=True)
-class Target:
-    """One attribute to replace.
-
-    ``candidates`` are ``"module:attribute.path"`` strings tried in order; the first that
-    resolves is used (``"kornia.geometry.grid:create_meshgrid"`` on 0.8.3,
-    ``"kornia.utils.grid:create_meshgrid"`` before). ``build(original)`` returns the replacement.
-    ``parameters`` is the shape check: the original's leading parameter names must equal it.
-    ``scope`` is ``SCOPE_EVERYWHERE`` or ``SCOPE_KORNIA`` (module-level functions only), or a
-    callable returning one, asked at install time (after ``Fix.configure``).
-    """
-
-    candidates: Tuple[str, ...]
-    build: Callable[[Any], Any]
-    parameters: Optional[Tuple[str, ...]] = None
-    optional: bool = False
-    scope: Union[str, Callable[[], str]] = SCOPE_EVERYWHERE
-
-    @property
-    def label(self) -> str:
-        return self.candidates[0].split(":")[-1]
+def _warn(message: str, stacklevel: int = 3) -> None:
+    """Warn without ever raising: under ``python -W error`` (or a filter that turns
+    ``HalfPatchWarning`` into an error) ``warnings.warn`` raises, and the shim must not break the
+    program for something it only reports; the message then goes to the log alone."""
+    try:
+        warnings.warn(message, HalfPatchWarning, stacklevel=stacklevel + 1)
+    except Exception:  # noqa: BLE001 - a warning filter set to "error"
+        logger.warning("%s (HalfPatchWarning raised by a warnings filter; logged instead)", message)
 
 
-@dataclass(frozen=True)
-class Fix:
-    """A backported upstream fix.
-
-    ``check(originals)`` receives the resolved originals (``None`` for absent optional targets)
-    and returns ``None`` when the bug is present and the fix should go in, or the reason to skip.
-    It is the behaviour probe that keeps the shim from patching a release it does not know.
-    ``demonstrate()`` (optional) runs a live before/after comparison for the CLI.
-    """
-
-    name: str
-    summary: str
-    targets: Tuple[Target, ...]
-    check: Callable[[Sequence[Any]], Optional[str]] = lambda originals: None
-    demonstrate: Optional[Callable[[], "Demonstration"]] = None
-    upstream: str = environment.UPSTREAM_FIXED_RELEASE
-    # Keyword options of apply() this fix takes; configure(given) runs before each install with
-    # the ones given (an empty dict means defaults) and raises ValueError for bad values.
-    options: Tuple[str, ...] = ()
-    configure: Optional[Callable[[Dict[str, Any]], None]] = None
+def _describe_exception(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-@dataclass
-class Demonstration:
-    title: str
-    rows: List[Tuple[str, str, str]] = field(default_factory=list)  # (what, unpatched, patched)
-    holds: bool = True
-    note: str = ""
+# Declarations and reports live in _model (re-exported here for existing callers).
+from ._model import (  # noqa: E402
+    SCOPE_EVERYWHERE,
+    SCOPE_KORNIA,
+    Demonstration,
+    Finding,
+    Fix,
+    FixStatus,
+    Report,
+    RowStatus,
+    Target,
+    Verdict,
+)
 
 
-# --------------------------------------------------------------------------------------------
-# What the engine reports
-
-
-@dataclass
-class FixStatus:
-    name: str
-    applied: bool
-    reason: str
-    targets: List[str] = field(default_factory=list)
-    rebound: List[str] = field(default_factory=list)
-    stale: List[str] = field(default_factory=list)
-
-
-@dataclass
-class Report:
-    kornia_version: Optional[str]
-    torch_version: Optional[str]
-    fixes: Dict[str, FixStatus]
-    probes: Dict[str, str] = field(default_factory=dict)
-    deferred: bool = False
-
-    @property
-    def applied(self) -> List[str]:
-        return [name for name, fix in self.fixes.items() if fix.applied]
-
-    @property
-    def skipped(self) -> Dict[str, str]:
-        return {name: fix.reason for name, fix in self.fixes.items() if not fix.applied}
-
-    @property
-    def stale_references(self) -> List[str]:
-        return sorted({ref for fix in self.fixes.values() for ref in fix.stale})
-
-    def __str__(self) -> str:
-        lines = [f"kornia {self.kornia_version or 'not installed'}, torch {self.torch_version or 'not installed'}"]
-        if self.deferred:
-            lines.append("waiting for kornia to be imported; fixes go in then")
-        for fix in self.fixes.values():
-            mark = "applied" if fix.applied else "skipped"
-            lines.append(f"  {fix.name:<20} {mark:<8} {fix.reason}")
-        for key, value in self.probes.items():
-            lines.append(f"  probe {key}: {value}")
-        for ref in self.stale_references:
-            lines.append(f"  stale reference: {ref}")
-        return "\n".join(lines)
+def _status(name: str, finding: Finding) -> FixStatus:
+    return FixStatus(name, finding.verdict, finding.reason)
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,7 +105,8 @@ class _Installed:
     view_cache: Dict[int, Any] = field(default_factory=dict)  # id(viewed module) -> its view
 
     @property
-    def is_function(self) -> bool:
+    def on_module(self) -> bool:
+        """The target is a module attribute (a function), not a class attribute (a method)."""
         return inspect.ismodule(self.parent)
 
 
@@ -196,13 +121,22 @@ _import_hook_registered = False
 _warned_stale: set = set()
 
 
+# The registry seam: tests (kornia_halfpatch.testing.use_fixes) evaluate stand-in fixes
+# without touching the real table.
+_registry_override: Optional[List[Fix]] = None
+
+
 def _registry() -> List[Fix]:
+    if _registry_override is not None:
+        return list(_registry_override)
     from .fixes import load_fixes
 
     return load_fixes()
 
 
 def fix_names() -> Tuple[str, ...]:
+    if _registry_override is not None:
+        return tuple(fix.name for fix in _registry_override)
     from .fixes import FIX_NAMES
 
     return FIX_NAMES
@@ -260,6 +194,45 @@ def _bindings_of(obj: Any) -> List[Tuple[str, Any, str]]:
     return found
 
 
+class _BindingIndex:
+    """Where objects are bound, from ONE pass over ``sys.modules`` for all of them (freezegun's
+    ``{id(real): fake}`` scan): ``apply()``, ``revert()`` and ``status()`` each build one for
+    every target they handle, instead of scanning all modules (about 58k attributes after
+    ``import kornia``, 4 ms) once per target. Objects are registered with :meth:`want` before
+    the first lookup; a lookup of another object rebuilds the index (correct, just slower)."""
+
+    def __init__(self, wanted: Iterable[Any] = ()) -> None:
+        self._wanted: Dict[int, Any] = {}
+        self._found: Optional[Dict[int, List[Tuple[str, Any, str]]]] = None
+        for obj in wanted:
+            self.want(obj)
+
+    def want(self, obj: Any) -> None:
+        if id(obj) not in self._wanted:
+            self._wanted[id(obj)] = obj
+            self._found = None
+
+    def _build(self) -> Dict[int, List[Tuple[str, Any, str]]]:
+        wanted = self._wanted
+        ids = set(wanted)
+        found: Dict[int, List[Tuple[str, Any, str]]] = {}
+        for name, module, namespace in _module_items():
+            # Most modules hold none of the objects: decide that at C speed, loop only the rest.
+            if ids.isdisjoint(map(id, list(namespace.values()))):
+                continue
+            for attribute, value in list(namespace.items()):
+                if id(value) in wanted and wanted[id(value)] is value:
+                    found.setdefault(id(value), []).append((name, module, attribute))
+        return found
+
+    def bindings_of(self, obj: Any) -> List[Tuple[str, Any, str]]:
+        self.want(obj)
+        if self._found is None:
+            self._found = self._build()
+        # Re-checked at lookup: an install since the scan may have rebound some of them.
+        return [(n, m, a) for n, m, a in self._found.get(id(obj), []) if m.__dict__.get(a) is obj]
+
+
 # --------------------------------------------------------------------------------------------
 # Kornia-scoped targets: module views, bytecode routes, and kornia modules imported later
 
@@ -304,30 +277,51 @@ def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _code_objects(const)
 
 
-def _attribute_routes(namespace: Dict[str, Any], attribute: str) -> Set[Tuple[str, Tuple[str, ...]]]:
-    """How the code of a module reaches ``attribute`` as an attribute of one of its globals:
-    ``{("F", ()), ("torch", ("nn", "functional"))}`` for ``F.grid_sample`` and
-    ``torch.nn.functional.grid_sample``. Read from the bytecode of the functions whose globals
-    are this namespace (only those whose names mention ``attribute`` are disassembled)."""
-    routes: Set[Tuple[str, Tuple[str, ...]]] = set()
-    for function in _functions_of(namespace):
-        if function.__globals__ is not namespace:
-            continue
-        for code in _code_objects(function.__code__):
-            if attribute not in code.co_names:
+Routes = Set[Tuple[str, Tuple[str, ...]]]
+
+# Per module namespace (kept alive with it): the routes already read, by attribute. Kornia's
+# module code does not change after import, and reading it is the expensive part (about 21 ms
+# over the 432 kornia modules of 0.8.2), so every scoped attribute is read in one pass per
+# module and never again in this process.
+_routes_cache: Dict[int, Tuple[Dict[str, Any], Dict[str, Routes]]] = {}
+
+
+def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str]) -> Dict[str, Routes]:
+    """How the code of a module reaches each of ``attributes`` as an attribute of one of its
+    globals: ``{"grid_sample": {("F", ()), ("torch", ("nn", "functional"))}}`` for
+    ``F.grid_sample`` and ``torch.nn.functional.grid_sample``. Read from the bytecode of the
+    functions whose globals are this namespace, one pass for all attributes (only code objects
+    whose names mention one of them are disassembled)."""
+    cached = _routes_cache.get(id(namespace))
+    if cached is None or cached[0] is not namespace:
+        cached = _routes_cache[id(namespace)] = (namespace, {})
+    known = cached[1]
+    missing = {attribute for attribute in attributes if attribute not in known}
+    if missing:
+        found: Dict[str, Routes] = {attribute: set() for attribute in missing}
+        for function in _functions_of(namespace):
+            if function.__globals__ is not namespace:
                 continue
-            instructions = list(dis.get_instructions(code))
-            for index, instruction in enumerate(instructions):
-                if instruction.opname not in ("LOAD_ATTR", "LOAD_METHOD") or instruction.argval != attribute:
+            for code in _code_objects(function.__code__):
+                if missing.isdisjoint(code.co_names):
                     continue
-                chain: List[str] = []
-                position = index - 1
-                while position >= 0 and instructions[position].opname == "LOAD_ATTR":
-                    chain.append(instructions[position].argval)
-                    position -= 1
-                if position >= 0 and instructions[position].opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-                    routes.add((instructions[position].argval, tuple(reversed(chain))))
-    return routes
+                instructions = list(dis.get_instructions(code))
+                for index, instruction in enumerate(instructions):
+                    if instruction.opname not in ("LOAD_ATTR", "LOAD_METHOD") or instruction.argval not in missing:
+                        continue
+                    chain: List[str] = []
+                    position = index - 1
+                    while position >= 0 and instructions[position].opname == "LOAD_ATTR":
+                        chain.append(instructions[position].argval)
+                        position -= 1
+                    if position >= 0 and instructions[position].opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                        found[instruction.argval].add((instructions[position].argval, tuple(reversed(chain))))
+        known.update(found)
+    return {attribute: known[attribute] for attribute in attributes}
+
+
+def _attribute_routes(namespace: Dict[str, Any], attribute: str) -> Routes:
+    return _routes_by_attribute(namespace, (attribute,))[attribute]
 
 
 def _module_view(entry: _Installed, module: Any, chain: Tuple[str, ...]) -> Any:
@@ -353,16 +347,27 @@ def _module_view(entry: _Installed, module: Any, chain: Tuple[str, ...]) -> Any:
     return view
 
 
-def _rebind_kornia_scoped(entry: _Installed, module_name: str, module: Any, namespace: Dict[str, Any]) -> List[str]:
-    """Point one kornia module at ``entry.replacement``: its aliases of the original, and its
-    globals on a route to the original (through module views). Returns what was rebound."""
+def _rebind_kornia_scoped(
+    entry: _Installed,
+    module_name: str,
+    module: Any,
+    namespace: Dict[str, Any],
+    aliases: Optional[Iterable[str]] = None,
+) -> List[str]:
+    """Point one kornia module at ``entry.replacement``: its aliases of the original (the
+    attribute names, if the caller's binding index already knows them), and its globals on a
+    route to the original (through module views). Returns what was rebound."""
     done = []
-    for attribute, value in list(namespace.items()):
-        if value is entry.original:
+    if aliases is None:
+        aliases = [attribute for attribute, value in list(namespace.items()) if value is entry.original]
+    for attribute in aliases:
+        if namespace.get(attribute) is entry.original:
             setattr(module, attribute, entry.replacement)
             entry.aliases.append((module, attribute))
             done.append(f"{module_name}.{attribute}")
-    for root, chain in sorted(_attribute_routes(namespace, entry.attribute)):
+    # One bytecode pass per module for every scoped attribute installed (cached after).
+    attributes = {entry.attribute} | {other.attribute for _, other in _kornia_scoped_entries()}
+    for root, chain in sorted(_routes_by_attribute(namespace, attributes)[entry.attribute]):
         value = namespace.get(root)
         holder = value
         for name in chain:
@@ -486,15 +491,15 @@ def _resolve(target: Target) -> Tuple[Optional[Tuple[Any, str, Any, str]], str]:
 
 
 def _shape_problem(target: Target, original: Any) -> Optional[str]:
-    if target.parameters is None:
+    if target.expects_parameters is None:
         return None
     function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     try:
         names = tuple(inspect.signature(function).parameters)
     except (TypeError, ValueError):
         return f"{target.label} has no inspectable signature"
-    if names[: len(target.parameters)] != target.parameters:
-        return f"{target.label} has parameters {names}, expected {target.parameters}"
+    if names[: len(target.expects_parameters)] != target.expects_parameters:
+        return f"{target.label} has parameters {names}, expected {target.expects_parameters}"
     return None
 
 
@@ -508,56 +513,115 @@ def _forget_torchscript_class(cls: Any) -> None:
         store.pop(cls, None)
 
 
-def _install(fix: Fix, resolved: List[Optional[Tuple[Any, str, Any, str]]], status: FixStatus) -> None:
+def _adopt_identity(replacement: Any, original: Any) -> None:
+    """Give a replacement the original's name, qualified name, module and docstring.
+
+    Pickle stores a function by reference (``module`` + ``qualname``) and on loading resolves the
+    name to whatever the loading process has there (patched or not); with a closure's own
+    qualified name (``build_x.<locals>.x``) pickling failed ("Can't pickle local object"), and so
+    did every ``functools.partial`` of a patched function sent to a process pool.
+    """
+    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    if not isinstance(replacement, types.FunctionType):
+        return
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        value = getattr(function, attribute, None)
+        if value is not None:
+            setattr(replacement, attribute, value)
+    # inspect.signature(replacement) == inspect.signature(original): the same parameters, but the
+    # original's annotation objects (the fix module's may be strings, or a release's narrower
+    # type). Only where the parameters agree, so that nothing binds arguments differently.
+    # TorchScript reads the annotations of the replacement's own source, not this.
+    try:
+        signature = inspect.signature(function)
+        own = inspect.signature(replacement)
+    except (TypeError, ValueError):
+        return
+    if [(p.name, p.kind, p.default) for p in own.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in signature.parameters.values()
+    ]:
+        replacement.__signature__ = signature
+
+
+# Generated replacements of table rows, by (row target, original): a row's wrapper depends on
+# nothing else, so re-applying (after every unpatched() block) reuses it instead of generating
+# and compiling its source again. Hand-written builders may read configure()'d options: rebuilt.
+_built: Dict[Tuple[int, int], Tuple[Target, Any, Any]] = {}
+
+
+def _build(target: Target, original: Any) -> Any:
+    key = (id(target), id(original))
+    cached = _built.get(key)
+    if cached is not None and cached[0] is target and cached[1] is original:
+        return cached[2]
+    replacement = target.build(original)
+    _adopt_identity(replacement, original)
+    if target.row is not None:
+        _built[key] = (target, original, replacement)
+    return replacement
+
+
+def _install(fix: Fix, resolved: List[Optional[Resolved]], status: FixStatus, index: "_BindingIndex") -> List[str]:
+    """Install every resolved target of ``fix``; returns the stale references to warn about.
+
+    All or nothing: if building or installing any target raises, what was installed so far is
+    rolled back (every alias, view and class attribute) before the exception propagates.
+    """
     entries: List[_Installed] = []
-    for target, found in zip(fix.targets, resolved):
-        if found is None:
-            continue
-        parent, attribute, original, path = found
-        replacement = target.build(original)
-        scope = target.scope() if callable(target.scope) else target.scope
-        entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
-        if scope == SCOPE_KORNIA:
-            if not entry.is_function:
+    _installed[fix.name] = entries  # first, so that a rollback finds a half-done install
+    try:
+        for target, found in zip(fix.targets, resolved):
+            if found is None:
+                continue
+            parent, attribute, original, path = found
+            replacement = _build(target, original)
+            scope = target.scope() if callable(target.scope) else target.scope
+            entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
+            if scope == SCOPE_KORNIA and not entry.on_module:
                 raise TypeError(f"{path}: scope {SCOPE_KORNIA!r} is for module-level functions")
-            # The home module (torch) keeps its function; kornia's code gets the replacement.
-            for module_name, module, namespace in _module_items():
-                if _is_kornia_module(module_name):
-                    status.rebound.extend(_rebind_kornia_scoped(entry, module_name, module, namespace))
-            _watch_kornia_imports()
-        else:
-            setattr(parent, attribute, replacement)
-            if inspect.isclass(parent):
-                _forget_torchscript_class(parent)
-        if entry.is_function and scope != SCOPE_KORNIA:
-            for module_name, module, name in _bindings_of(original):
-                if _is_kornia_module(module_name):
-                    setattr(module, name, replacement)
-                    entry.aliases.append((module, name))
-                    status.rebound.append(f"{module_name}.{name}")
-                else:
-                    status.stale.append(f"{module_name}.{name}")
-        _originals_by_replacement[id(replacement)] = original
-        entries.append(entry)
-        status.targets.append(path)
-    _installed[fix.name] = entries
-    for ref in status.stale:
-        if ref not in _warned_stale:
-            _warned_stale.add(ref)
-            warnings.warn(
-                f"{ref} was bound before kornia_halfpatch.apply() and still holds the unpatched "
-                f"function; import it after apply(), or through its kornia module",
-                HalfPatchWarning,
-                stacklevel=4,
-            )
+            entries.append(entry)
+            _originals_by_replacement[id(replacement)] = original
+            if scope == SCOPE_KORNIA:
+                # The home module (torch) keeps its function; kornia's code gets the replacement.
+                aliases: Dict[int, List[str]] = {}
+                for _, module, name in index.bindings_of(original):
+                    aliases.setdefault(id(module), []).append(name)
+                for module_name, module, namespace in _module_items():
+                    if _is_kornia_module(module_name):
+                        status.rebound.extend(
+                            _rebind_kornia_scoped(entry, module_name, module, namespace, aliases.get(id(module), ()))
+                        )
+                _watch_kornia_imports()
+            else:
+                setattr(parent, attribute, replacement)
+                if inspect.isclass(parent):
+                    _forget_torchscript_class(parent)
+            if entry.on_module and scope != SCOPE_KORNIA:
+                for module_name, module, name in index.bindings_of(original):
+                    if _is_kornia_module(module_name):
+                        setattr(module, name, replacement)
+                        entry.aliases.append((module, name))
+                        status.rebound.append(f"{module_name}.{name}")
+                    else:
+                        status.stale.append(f"{module_name}.{name}")
+            status.targets.append(path)
+    except BaseException:
+        _uninstall(fix.name)
+        raise
+    fresh = [ref for ref in status.stale if ref not in _warned_stale]
+    _warned_stale.update(fresh)
+    return fresh
 
 
-def _uninstall(name: str) -> None:
-    for entry in reversed(_installed.pop(name, [])):
-        if entry.is_function:
+def _uninstall(name: str, index: Optional[_BindingIndex] = None) -> None:
+    entries = _installed.pop(name, [])
+    if index is None:
+        index = _BindingIndex(entry.replacement for entry in entries)
+    for entry in reversed(entries):
+        if entry.on_module:
             # Restore every module that holds the replacement, including those imported after
             # apply(), not only the aliases we rebound ourselves.
-            for _, module, attribute in _bindings_of(entry.replacement):
+            for _, module, attribute in index.bindings_of(entry.replacement):
                 setattr(module, attribute, entry.original)
         elif entry.parent.__dict__.get(entry.attribute) is entry.replacement:
             setattr(entry.parent, entry.attribute, entry.original)
@@ -568,79 +632,175 @@ def _uninstall(name: str) -> None:
     _unwatch_kornia_imports()
 
 
-def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Optional[Tuple[Any, str, Any, str]]]], str]:
-    """Return (resolved targets, reason). ``None`` targets mean skip for ``reason``."""
+Resolved = Tuple[Any, str, Any, str]  # (parent, attribute, original, "module:path")
+
+# Probe findings by (fix, kornia version, originals): apply() runs again after every
+# unpatched() block and patched() scope, and a probe's answer for the same originals does not
+# change within a process. Failures are never cached.
+_findings: Dict[Tuple[int, Optional[str], Tuple[int, ...]], Tuple[Fix, Tuple[Any, ...], Finding]] = {}
+
+
+def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Optional[Resolved]]], Finding]:
+    """Return (resolved targets, finding); resolved is ``None`` unless the fix goes in."""
     if kornia_version is None:
-        return None, "kornia is not installed"
+        return None, Finding(Verdict.PENDING, "kornia is not installed")
     version = environment.parse_version(kornia_version)
     if version >= environment.parse_version(fix.upstream):
-        return None, f"already fixed upstream (kornia {kornia_version} >= {fix.upstream})"
-    resolved: List[Optional[Tuple[Any, str, Any, str]]] = []
+        return None, Finding(Verdict.UPSTREAM, f"already fixed upstream (kornia {kornia_version} >= {fix.upstream})")
+    resolved: List[Optional[Resolved]] = []
     for target in fix.targets:
         found, why = _resolve(target)
         if found is None and not target.optional:
-            return None, f"target absent in kornia {kornia_version}: {why}"
+            return None, Finding(Verdict.ABSENT, f"target absent in kornia {kornia_version}: {why}")
         if found is not None:
             problem = _shape_problem(target, found[2])
             if problem is not None:
-                return None, f"unsupported kornia {kornia_version}: {problem}"
+                return None, Finding(Verdict.UNSUPPORTED, f"unsupported kornia {kornia_version}: {problem}")
         resolved.append(found)
     if all(found is None for found in resolved):
-        return None, f"target absent in kornia {kornia_version}"
-    skip = fix.check([found[2] if found else None for found in resolved])
-    if skip is not None:
-        return None, skip
+        if fix.when_absent is not None:
+            return None, fix.when_absent()
+        return None, Finding(Verdict.ABSENT, f"target absent in kornia {kornia_version}")
+    originals = [found[2] if found else None for found in resolved]
+    key = (id(fix), kornia_version, tuple(id(original) for original in originals))
+    cached = _findings.get(key)
+    # The fix and originals are kept with the finding, so their ids cannot be reused meanwhile.
+    if cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
+        finding = cached[2]
+    else:
+        finding = fix.probe(originals)
+        _findings[key] = (fix, tuple(originals), finding)
+    if not finding.needed:
+        return None, finding
     known = kornia_version in environment.KNOWN_KORNIA_RELEASES
-    return resolved, ("bug present" if known else f"bug confirmed by probe on unknown kornia {kornia_version}")
+    return resolved, Finding(
+        Verdict.APPLIED, "bug present" if known else f"bug confirmed by probe on unknown kornia {kornia_version}"
+    )
 
 
-def _check_options(options: Dict[str, Any]) -> None:
-    if not options:
-        return
-    accepted = {option for fix in _registry() for option in fix.options}
+def _row_statuses(fix: Fix, resolved: Optional[List[Optional[Resolved]]], finding: Finding) -> List[RowStatus]:
+    """One verdict per target: applied with its numerical reason, absent, or the fix's verdict."""
+    rows = []
+    for index, target in enumerate(fix.targets):
+        found = resolved[index] if resolved is not None else None
+        if resolved is None:
+            rows.append(RowStatus(target.candidates[0], finding.verdict, finding.reason))
+        elif found is None:
+            rows.append(RowStatus(target.candidates[0], Verdict.ABSENT, "absent in this release (optional)"))
+        else:
+            rows.append(RowStatus(found[3], Verdict.APPLIED, target.reason or finding.reason))
+    return rows
+
+
+def _check_options(options: Dict[str, Any], selection: Tuple[str, ...]) -> None:
+    """The caller's own settings: unknown option names and bad values (given to apply() or set
+    in a fix's environment variable) raise, clearly, in apply() itself, before anything is
+    patched or deferred."""
+    if not options and not any(environment.env_set(name) for name in environment.FIX_OPTION_ENV_VARS):
+        return  # nothing to check: no fix module (and so no torch) is imported for nothing
+    registry = _registry()
+    accepted = {option for fix in registry for option in fix.options}
     for option in options:
         if option not in accepted:
             raise TypeError(
                 f"unknown kornia_halfpatch option {option!r}; fixes take: {', '.join(sorted(accepted)) or 'none'}"
             )
+    for fix in registry:
+        if fix.name in selection and fix.validate_options is not None:
+            fix.validate_options({key: value for key, value in options.items() if key in fix.options})
+
+
+def _evaluate_and_install(
+    fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], notes: List[str], index: _BindingIndex
+) -> FixStatus:
+    """Gate and install one fix in the probes' clean torch state. Never raises (but for
+    KeyboardInterrupt and the like): a failing configuration, probe, build or install leaves the
+    fix out, rolled back, with the exception in its status, a log record and a warning."""
+    unknown = kornia_version is not None and kornia_version not in environment.KNOWN_KORNIA_RELEASES
+    from ._isolation import probe_state
+
+    try:
+        with probe_state():
+            if fix.configure is not None:
+                fix.configure(given)
+            resolved, finding = _gate(fix, kornia_version)
+            status = _status(fix.name, finding)
+            status.rows = _row_statuses(fix, resolved, finding)
+            if resolved is not None:
+                stale = _install(fix, resolved, status, index)
+                _installed_options[fix.name] = given
+    except Exception as exc:  # noqa: BLE001 - the shim must not break the program it runs in
+        why = _describe_exception(exc)
+        logger.warning("%s skipped: its probe or install failed: %s", fix.name, why, exc_info=True)
+        notes.append(f"kornia_halfpatch: {fix.name} skipped: its probe or install failed ({why})")
+        failed = FixStatus(fix.name, Verdict.FAILED, f"failed: {why}")
+        failed.rows = [RowStatus(t.candidates[0], Verdict.FAILED, failed.reason) for t in fix.targets]
+        return failed
+    if resolved is None:
+        if unknown and finding.verdict is not Verdict.UPSTREAM:
+            notes.append(f"kornia_halfpatch: {fix.name} skipped: {finding.reason}")
+        logger.info("%s skipped: %s", fix.name, finding.reason)
+        return status
+    logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
+    for ref in stale:
+        notes.append(
+            f"{ref} was bound before kornia_halfpatch.apply() and still holds the unpatched "
+            f"function; import it after apply(), or through its kornia module"
+        )
+    return status
 
 
 def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
     kornia_version = environment.kornia_version()
-    unknown = kornia_version is not None and kornia_version not in environment.KNOWN_KORNIA_RELEASES
-    for fix in _registry():
+    notes: List[str] = []
+    registry = _registry()
+    index = _BindingIndex()
+    from ._isolation import probe_state
+
+    with probe_state():  # resolving may import kornia modules: their code runs in a clean state
+        for fix in registry:  # every original this apply() may rebind, for one scan
+            if fix.name in selection and fix.name not in _installed:
+                for target in fix.targets:
+                    try:
+                        found, _ = _resolve(target)
+                    except Exception:  # noqa: BLE001 - the gate reports it, per fix
+                        continue
+                    if found is not None:
+                        index.want(found[2])
+    for fix in registry:
         given = {key: value for key, value in (options or {}).items() if key in fix.options}
         if fix.name in _installed:
             if not given or fix.name not in selection or given == _installed_options.get(fix.name):
                 continue
             _uninstall(fix.name)  # asked for with other options: reinstall with those
+            for target in fix.targets:
+                found, _ = _resolve(target)
+                if found is not None:
+                    index.want(found[2])
         if fix.name not in selection:
-            _statuses.setdefault(fix.name, FixStatus(fix.name, False, off.get(fix.name, "not selected")))
+            _statuses.setdefault(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
             continue
-        if fix.configure is not None:
-            fix.configure(given)
-        resolved, reason = _gate(fix, kornia_version)
-        status = FixStatus(fix.name, resolved is not None, reason)
-        if resolved is None:
-            if unknown and not reason.startswith("already fixed"):
-                warnings.warn(f"kornia_halfpatch: {fix.name} skipped: {reason}", HalfPatchWarning, stacklevel=3)
-            logger.info("%s skipped: %s", fix.name, reason)
-        else:
-            _install(fix, resolved, status)
-            _installed_options[fix.name] = given
-            logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
-        _statuses[fix.name] = status
+        _statuses[fix.name] = _evaluate_and_install(fix, given, kornia_version, notes, index)
+    # Outside the probes' state, where the caller's warning filters apply again.
+    for note in notes:
+        _warn(note, stacklevel=4)
 
 
 def _on_kornia_imported(module: Any) -> None:
+    """The deferred apply(), run by wrapt's post-import hook inside the user's ``import kornia``:
+    whatever happens here must not make that import fail."""
     global _pending_selection
-    with _lock:
-        if _pending_selection is None:
-            return  # revert() ran before kornia was imported
-        selection, _pending_selection = _pending_selection, None
-        options = dict(_pending_options)
-        _pending_options.clear()
-        _apply_locked(selection, {}, options)
+    try:
+        with _lock:
+            if _pending_selection is None:
+                return  # revert() ran before kornia was imported
+            selection, _pending_selection = _pending_selection, None
+            options = dict(_pending_options)
+            _pending_options.clear()
+            _apply_locked(selection, {}, options)
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("deferred apply() failed: %s", _describe_exception(exc), exc_info=True)
+        _warn(f"kornia_halfpatch: the deferred apply() failed ({_describe_exception(exc)}); kornia is unpatched")
 
 
 # --------------------------------------------------------------------------------------------
@@ -659,19 +819,19 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
     """
     global _pending_selection, _import_hook_registered
     selection, off = _select(only, exclude)
-    _check_options(options)
+    _check_options(options, selection)
     with _lock:
         for name, reason in off.items():
             # A narrower selection (apply(only=...), unpatched() restoring) must not overwrite
             # what an earlier apply() found out about the other fixes.
             if name not in _installed:
-                _statuses.setdefault(name, FixStatus(name, False, reason))
+                _statuses.setdefault(name, FixStatus(name, Verdict.OFF, reason))
         if not selection:
             return _report()
         if not environment.kornia_is_imported():
             if environment.kornia_version() is None:
                 for name in selection:
-                    _statuses[name] = FixStatus(name, False, "kornia is not installed")
+                    _statuses[name] = FixStatus(name, Verdict.PENDING, "kornia is not installed")
                 return _report()
             pending = set(_pending_selection or ()) | set(selection)
             _pending_selection = tuple(name for name in fix_names() if name in pending)
@@ -697,9 +857,14 @@ def revert(names: Optional[Iterable[str]] = None) -> None:
             _pending_selection = remaining or None
             if _pending_selection is None:
                 _pending_options.clear()
+        index = _BindingIndex(e.replacement for n in chosen for e in _installed.get(n, ()))
         for name in reversed(fix_names()):
             if name in chosen:
-                _uninstall(name)
+                try:
+                    _uninstall(name, index)
+                except Exception as exc:  # noqa: BLE001 - revert the other fixes all the same
+                    logger.warning("revert of %s failed: %s", name, _describe_exception(exc), exc_info=True)
+                    _warn(f"kornia_halfpatch: revert of {name} failed ({_describe_exception(exc)})")
                 _statuses.pop(name, None)
 
 
@@ -764,11 +929,11 @@ def _report() -> Report:
     if environment.kornia_is_imported():
         from .fixes import collect_probes
 
-        probes = collect_probes()
-    statuses = {name: _statuses.get(name, FixStatus(name, False, "not applied")) for name in fix_names()}
+        probes = collect_probes()  # each line computed in the probes' state, failures reported
+    statuses = {name: _statuses.get(name, FixStatus(name, Verdict.OFF, "not applied")) for name in fix_names()}
     if _pending_selection is not None:
         for name in _pending_selection:
-            statuses[name] = FixStatus(name, False, "deferred until kornia is imported")
+            statuses[name] = FixStatus(name, Verdict.PENDING, "deferred until kornia is imported")
     return Report(
         kornia_version=environment.kornia_version(),
         torch_version=environment.torch_version(),
@@ -781,11 +946,12 @@ def _report() -> Report:
 def status() -> Report:
     """Per fix: applied or not and why; versions; probe results; stale references (rescanned now)."""
     with _lock:
+        index = _BindingIndex(e.original for entries in _installed.values() for e in entries)
         for name, entries in _installed.items():
             stale = []
             for entry in entries:
-                if entry.is_function and entry.scope != SCOPE_KORNIA:
-                    stale += [f"{m}.{a}" for m, _, a in _bindings_of(entry.original) if not _is_kornia_module(m)]
+                if entry.on_module and entry.scope != SCOPE_KORNIA:
+                    stale += [f"{m}.{a}" for m, _, a in index.bindings_of(entry.original) if not _is_kornia_module(m)]
             if name in _statuses:
                 _statuses[name].stale = stale
         return _report()

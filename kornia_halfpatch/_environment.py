@@ -73,24 +73,20 @@ def env_list(name: str) -> Optional[Tuple[str, ...]]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
-def is_half(dtype) -> bool:
-    import torch
-
-    return dtype == torch.float16 or dtype == torch.bfloat16
-
-
-# --- torch version helpers (grid_sample_cpu) ------------------------------------------------
+# --- fix options read from the environment -------------------------------------------------
 
 # Forces the grid_sample CPU workaround: auto, probe, none, no-kernel or overflow (see
-# kornia_halfpatch.fixes.grid_sample_cpu). apply(grid_sample_workaround=...) beats it.
+# kornia_halfpatch.fixes.grid_sample_cpu). apply(grid_sample_workaround=...) beats it. Named
+# here, not in the fix, because apply() validates option variables without importing any fix
+# module (which imports torch).
 ENV_GRID_SAMPLE_WORKAROUND = "KORNIA_HALFPATCH_GRID_SAMPLE_WORKAROUND"
 
+# Environment variables that set a fix's option: apply() validates them before it does anything.
+FIX_OPTION_ENV_VARS = (ENV_GRID_SAMPLE_WORKAROUND,)
 
-def torch_version_tuple() -> Optional[VersionTuple]:
-    """The installed torch's version as integers, ``(2, 13, 0)`` for ``"2.13.0+cpu"``; read from
-    the imported module or the distribution metadata, so torch is not imported here."""
-    text = torch_version()
-    return parse_version(text) if text else None
+
+def env_set(name: str) -> bool:
+    return bool(os.environ.get(name, "").strip())
 
 
 def format_version(version: VersionTuple) -> str:

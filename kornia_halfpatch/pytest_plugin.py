@@ -40,7 +40,12 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         return
     import kornia_halfpatch
 
-    kornia_halfpatch.apply()
+    try:
+        kornia_halfpatch.apply()
+    except (ValueError, TypeError) as exc:
+        # The user's own setting (KORNIA_HALFPATCH_FIXES naming no fix, a bad option value):
+        # a usage error with the message, not a traceback out of a plugin hook.
+        raise pytest.UsageError(f"kornia_halfpatch: {exc}") from exc
     setattr(early_config, _REPORT_KEY, True)
 
 
@@ -54,22 +59,23 @@ def pytest_report_header(config: pytest.Config) -> str:
     if report.deferred:
         return f"kornia_halfpatch: {versions}; fixes go in when kornia is imported"
     applied = ", ".join(report.applied) or "none"
-    return f"kornia_halfpatch: {versions}; applied: {applied}"
+    rows = ", ".join(f"{count} {verdict.value}" for verdict, count in report.row_counts().items())
+    return f"kornia_halfpatch: {versions}; applied: {applied}" + (f"; rows: {rows}" if rows else "")
 
 
 @pytest.fixture
 def kornia_unpatched():
     """Run the test on unpatched kornia; the shim's previous state is restored afterwards."""
-    import kornia_halfpatch
+    from kornia_halfpatch import testing
 
-    with kornia_halfpatch.unpatched():
+    with testing.isolated(only=()):
         yield
 
 
 @pytest.fixture
 def kornia_patched():
-    """Run the test with every needed fix applied; what the fixture added is undone afterwards."""
-    import kornia_halfpatch
+    """Run the test with every needed fix applied; the shim's previous state is restored after."""
+    from kornia_halfpatch import testing
 
-    with kornia_halfpatch.patched() as report:
+    with testing.isolated() as report:
         yield report

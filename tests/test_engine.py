@@ -10,7 +10,7 @@ import torch
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, _environment
+from kornia_halfpatch import _engine, _environment, testing
 from support import UPSTREAM_FIXED, grid_module, needs_old_kornia, run_python
 
 # Kornia modules that bind create_meshgrid by name but are not imported by ``import kornia``.
@@ -20,11 +20,8 @@ LATER_MODULES = ["kornia.feature.loftr.utils.supervision", "kornia.nerf.nerf_mod
 @pytest.fixture(autouse=True)
 def restore_shim_state():
     """Leave the shim as the test found it (the pytest plugin may have applied it)."""
-    before = kornia_halfpatch.applied_fixes()
-    yield
-    kornia_halfpatch.revert()
-    if before:
-        kornia_halfpatch.apply()  # as the plugin does: every fix re-evaluated, real skip reasons
+    with testing.preserved():
+        yield
 
 
 def kornia_bindings(obj):
@@ -42,7 +39,7 @@ def test_apply_rebinds_every_kornia_alias_and_revert_restores_identity():
     kornia_halfpatch.revert()
     original = the_original()
     holders = kornia_bindings(original)
-    assert len(holders) >= 16, holders  # SPEC: sixteen modules hold their own binding
+    assert len(holders) >= 16, holders  # sixteen modules hold their own binding (0.7.0-0.8.2)
     kornia_halfpatch.apply(only=["meshgrid"])
     replacement = grid_module().create_meshgrid
     assert replacement is not original and kornia_halfpatch.is_patched(replacement)
@@ -260,15 +257,14 @@ def test_a_target_with_another_shape_is_skipped_with_a_warning(monkeypatch):
     changed = meshgrid.FIX.targets[0].__class__(
         meshgrid.FIX.targets[0].candidates, meshgrid.FIX.targets[0].build, ("height", "width", "align_corners")
     )
-    fake = meshgrid.FIX.__class__(name="meshgrid", summary="", targets=(changed,), check=meshgrid.FIX.check)
-    monkeypatch.setattr(_engine, "_registry", lambda: [fake])
+    fake = meshgrid.FIX.__class__(name="meshgrid", targets=(changed,), probe=meshgrid.FIX.probe)
     monkeypatch.setattr(_environment, "kornia_version", lambda: "0.8.9")
-    kornia_halfpatch.revert()
-    with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="expected"):
-        report = kornia_halfpatch.apply(only=["meshgrid"])
-    assert not report.fixes["meshgrid"].applied
-    assert report.fixes["meshgrid"].reason.startswith("unsupported kornia 0.8.9")
-    assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
+    with testing.use_fixes([fake]):
+        with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="expected"):
+            report = kornia_halfpatch.apply(only=["meshgrid"])
+        assert not report.fixes["meshgrid"].applied
+        assert report.fixes["meshgrid"].reason.startswith("unsupported kornia 0.8.9")
+        assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
 
 
 def test_version_parsing():

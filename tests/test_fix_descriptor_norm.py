@@ -370,7 +370,7 @@ def test_laf_descriptor_wrapping_each_descriptor(dtype):
 
 @needs_old_kornia
 def test_demonstration_shows_failure_then_finite():
-    demo = descriptor_norm.demonstrate()
+    demo = descriptor_norm.FIX.demonstrate()
     assert demo.holds
     assert len(demo.rows) == 8
     for what, before, after in demo.rows:

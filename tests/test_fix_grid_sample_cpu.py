@@ -1,6 +1,6 @@
 """grid_sample_cpu: kornia's half CPU grid_sample calls run in float32; NaN grids safe in backward.
 
-Oracle (SPEC "What fixed means"; kornia 0.9.0 changed warp float32 results at the ulp level, so
+Oracle (README, "float32 stays bitwise; half = widened, narrowed"; kornia 0.9.0 changed warp float32 results at the ulp level, so
 it is not one here): the installed release's own unpatched computation in which every call that
 reaches torch's ``grid_sample`` with a half CPU image is widened to float32 and narrowed. That is
 done by a ``TorchFunctionMode`` (torch's interception, not the shim's module views), so the
@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, _environment
+from kornia_halfpatch import _engine, _environment, testing
 from kornia_halfpatch.fixes import grid_sample_cpu as fix
 from support import HALF_DTYPES, KORNIA, bitwise_equal, needs_old_kornia
 
@@ -35,14 +35,8 @@ T = kornia.geometry.transform
 @pytest.fixture(autouse=True)
 def only_this_fix():
     """Each test sees kornia with this fix alone, configured by default; state restored after."""
-    before = kornia_halfpatch.applied_fixes()
-    options = {name: dict(_engine._installed_options.get(name, {})) for name in before}
-    kornia_halfpatch.revert()
-    kornia_halfpatch.apply(only=[NAME])
-    yield
-    kornia_halfpatch.revert()
-    for name in before:
-        kornia_halfpatch.apply(only=[name], **options[name])
+    with testing.isolated(only=[NAME]):
+        yield
 
 
 class TorchGridSampleCalls(TorchFunctionMode):

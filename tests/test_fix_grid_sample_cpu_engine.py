@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine
+from kornia_halfpatch import _engine, testing
 from support import needs_old_kornia, run_python
 
 NAME = "grid_sample_cpu"
@@ -21,17 +21,12 @@ REAL_INTERPOLATE = F.interpolate
 
 @pytest.fixture(autouse=True)
 def restore_shim_state():
-    before = kornia_halfpatch.applied_fixes()
-    options = {name: dict(_engine._installed_options.get(name, {})) for name in before}
-    kornia_halfpatch.revert()
-    yield
-    kornia_halfpatch.revert()
-    for name in before:
-        kornia_halfpatch.apply(only=[name], **options[name])
+    with testing.isolated(only=()):
+        yield
 
 
 @pytest.fixture
-def stand_in(monkeypatch):
+def stand_in():
     """A fix under this fix's name whose only target is torch's interpolate, kornia scope."""
     calls = []
 
@@ -43,9 +38,9 @@ def stand_in(monkeypatch):
         return interpolate
 
     target = _engine.Target(("torch.nn.functional:interpolate",), build, scope=_engine.SCOPE_KORNIA)
-    fix = _engine.Fix(name=NAME, summary="stand-in", targets=(target,))
-    monkeypatch.setattr(_engine, "_registry", lambda: [fix])
-    return calls
+    fix = _engine.Fix(name=NAME, targets=(target,))
+    with testing.use_fixes([fix]):
+        yield calls
 
 
 def views_in_kornia():

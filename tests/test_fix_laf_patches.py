@@ -1,4 +1,4 @@
-"""LAF patch extraction (SPEC F3): float32 sampling, folded and chunked, safe on non-finite LAFs.
+"""LAF patch extraction : float32 sampling, folded and chunked, safe on non-finite LAFs.
 
 Oracle: kornia 0.9.0 changed float32 patch values (pixel-centre grid, up to 0.37), so there are
 no golden files; the oracle is the installed release's own unpatched computation, on inputs

@@ -1,4 +1,4 @@
-"""create_meshgrid / create_meshgrid3d (SPEC F1) against kornia 0.9.0 and the installed release."""
+"""create_meshgrid / create_meshgrid3d against kornia 0.9.0 and the installed release."""
 
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""quad_interp_solve (SPEC F4): the float16 Cramer-rule sub-voxel solve, promoted to float32.
+"""quad_interp_solve: the float16 Cramer-rule sub-voxel solve, promoted to float32.
 
 Oracles: the installed release's own float32 solve (the helper, called unpatched on widened
 inputs), float64 runs of the whole refinement, and invariants (finite gradients, bfloat16/
@@ -119,12 +119,12 @@ def test_status_follows_the_solver_not_the_version():
 def test_check_reads_behaviour():
     if HAS_CRAMER:
         original = original_solver()
-        assert fix._check([original]) is None
+        assert fix._check([original]).needed
         # A solver that already promotes (the fixed one) is recognised as not needing the fix.
-        assert fix._check([fix.build_solve(original)]).startswith("not needed")
+        assert fix._check([fix.build_solve(original)]).reason.startswith("not needed")
     else:
         assert not hasattr(SOLVER_MODULE, "_solve_cramer_sym3x3")
-        assert fix._check([SOLVER_MODULE.conv_quad_interp3d]).startswith("not needed")
+        assert fix._check([SOLVER_MODULE.conv_quad_interp3d]).reason.startswith("not needed")
     assert not fix.is_cramer_solver(SOLVER_MODULE.conv_quad_interp3d)
 
 
@@ -302,6 +302,6 @@ def test_torch_compile_fullgraph_finite_backward():
 
 @needs_cramer
 def test_demonstration_holds():
-    demo = fix.demonstrate()
+    demo = fix.FIX.demonstrate()
     assert demo.holds, demo.rows
     assert all(float(before) > 0 for _, before, _ in demo.rows)

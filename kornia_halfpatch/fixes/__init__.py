@@ -20,14 +20,33 @@ FIX_NAMES = (
 
 
 def load_fixes() -> List["Fix"]:  # noqa: F821
-    return [importlib.import_module(f"{__name__}.{name}").FIX for name in FIX_NAMES]
+    return [_load(name) for name in FIX_NAMES]
+
+
+def _load(name: str) -> "Fix":  # noqa: F821
+    try:
+        return importlib.import_module(f"{__name__}.{name}").FIX
+    except Exception as exc:  # noqa: BLE001 - one broken fix module must not take the others down
+        from .._engine import Fix
+
+        def fail(options: Dict[str, object]) -> None:
+            raise exc
+
+        # The engine evaluates it like any fix: configure() raises, so it is skipped as failed.
+        return Fix(name=name, targets=(), configure=fail)
 
 
 def collect_probes() -> Dict[str, str]:
-    """Capability probes that fix modules publish (``PROBES`` callables) for status() and the CLI."""
+    """Status lines that fixes publish (``Fix.describe``) for status() and the CLI."""
+    from .._isolation import probe_state
+
     probes: Dict[str, str] = {}
-    for name in FIX_NAMES:
-        module = importlib.import_module(f"{__name__}.{name}")
-        for key, probe in getattr(module, "PROBES", {}).items():
-            probes[key] = probe()
+    for fix in load_fixes():
+        if fix.describe is None:
+            continue
+        try:
+            with probe_state():
+                probes[fix.name] = fix.describe()
+        except Exception as exc:  # noqa: BLE001 - status() must not raise
+            probes[fix.name] = f"probe failed: {type(exc).__name__}: {exc}"
     return probes

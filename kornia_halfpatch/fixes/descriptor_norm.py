@@ -1,4 +1,4 @@
-"""Local descriptors in half precision: the final normalization runs in float32 (SPEC F2).
+"""Local descriptors in half precision: the final normalization runs in float32 (docs/fixes/descriptor_norm.md).
 
 Targets (the ``forward`` of each class, replaced on the class so existing instances get it):
 
@@ -37,12 +37,13 @@ code computes what the release's forward does.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from .._engine import Demonstration, Fix, Target
+from .._model import Finding, Fix, Promote, Target, bug_present, not_needed, unsupported
+from ._common import like
 
 DESCRIPTOR_SIZE = 128
 SELF_INPUT = ("self", "input")
@@ -52,13 +53,6 @@ def _kornia_check_shape() -> Callable[..., Any]:
     from kornia.core.check import KORNIA_CHECK_SHAPE
 
     return KORNIA_CHECK_SHAPE
-
-
-def _like(replacement: Any, original: Any) -> Any:
-    # No __wrapped__: TorchScript would compile the original's source instead of this one.
-    replacement.__defaults__ = original.__defaults__
-    replacement.__doc__ = original.__doc__
-    return replacement
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,7 +78,7 @@ def build_sosnet_forward(original: Any) -> Any:
         descr = descr.view(descr.size(0), -1)
         return descr
 
-    return _like(forward, original)
+    return like(forward, original)
 
 
 def build_hynet_forward(original: Any) -> Any:
@@ -107,7 +101,7 @@ def build_hynet_forward(original: Any) -> Any:
         x = x.view(x.size(0), -1)
         return x
 
-    return _like(forward, original)
+    return like(forward, original)
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,7 +125,7 @@ def build_hardnet_forward(original: Any) -> Any:
             return F.normalize(x_out.float(), dim=1).to(x_out.dtype)
         return F.normalize(x_out, dim=1)
 
-    return _like(forward, original)
+    return like(forward, original)
 
 
 def build_hardnet8_forward(original: Any) -> Any:
@@ -156,21 +150,23 @@ def build_hardnet8_forward(original: Any) -> Any:
         pca = torch.mm(x_prePCA - mean, components)
         return F.normalize(pca, dim=1)
 
-    return _like(forward, original)
+    return like(forward, original)
 
 
 # --------------------------------------------------------------------------------------------
 # SIFTDescriptor / DenseSIFTDescriptor: the release's float32 descriptor, narrowed, for float16
-# (their forwards assign submodules, so they were never scriptable: plain eager code suffices)
+# (their forwards assign submodules, so they were never scriptable: table rows suffice)
 
-
-def build_widening_forward(original: Any) -> Any:
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dtype == torch.float16:
-            return original(self, input.float()).to(torch.float16)
-        return original(self, input)
-
-    return _like(forward, original)
+SIFT_REASON = (
+    "float16 forward in float32, narrowed once: every guard (1e-10) is below float16's smallest "
+    "subnormal, so a flat patch gave an all-NaN descriptor"
+)
+SIFT_ROWS = (
+    Promote("kornia.feature.siftdesc:SIFTDescriptor.forward", SIFT_REASON, half=("float16",),
+            expects_parameters=SELF_INPUT, optional=True, example="kornia_halfpatch.probe_inputs:sift_call"),
+    Promote("kornia.feature.siftdesc:DenseSIFTDescriptor.forward", SIFT_REASON, half=("float16",),
+            expects_parameters=SELF_INPUT, optional=True, example="kornia_halfpatch.probe_inputs:dense_sift_call"),
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,7 +198,7 @@ def _probe_values() -> torch.Tensor:
     return (torch.arange(DESCRIPTOR_SIZE, dtype=torch.float32) - 63.5).mul(2.0**-6).view(1, -1, 1, 1)
 
 
-def _check(originals: Sequence[Any]) -> Optional[str]:
+def probe(originals: Sequence[Any]) -> Finding:
     from kornia.feature import HyNet, SOSNet
 
     sosnet_forward, hynet_forward = originals[0], originals[1]
@@ -210,7 +206,7 @@ def _check(originals: Sequence[Any]) -> Optional[str]:
     try:
         flat = sosnet_forward(sosnet, torch.zeros(1, 1, 32, 32, dtype=torch.float16))
         if bool(torch.isfinite(flat).all()):
-            return "not needed: this SOSNet already gives finite float16 descriptors on CPU"
+            return not_needed("this SOSNet already gives finite float16 descriptors on CPU")
     except (NotImplementedError, RuntimeError):
         pass  # the bug: no CPU half kernel behind LocalResponseNorm
     # The written-out forwards (used in half precision and under TorchScript) must compute what
@@ -223,95 +219,23 @@ def _check(originals: Sequence[Any]) -> Optional[str]:
     for build, original, stub in probes:
         got = build(original)(stub, patch.half())
         if got.dtype != torch.float16 or not torch.equal(got, original(stub, patch).half()):
-            return f"unsupported: {original.__qualname__} computes differently from the releases this fix knows"
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# CLI demonstration
-
-
-def _outcome(run: Callable[[], torch.Tensor]) -> str:
-    try:
-        with torch.no_grad():
-            out = run()
-    except Exception as exc:  # noqa: BLE001 - the unpatched error is what we show
-        message = str(exc).splitlines()[0]
-        return f"{type(exc).__name__}: {message[:60]}"
-    finite = torch.isfinite(out)
-    if bool(finite.all()):
-        return f"finite {tuple(out.shape)} {str(out.dtype)[6:]}"
-    return f"{(~finite).float().mean().item():.0%} NaN/Inf"
-
-
-def _untrained_hardnet8() -> torch.nn.Module:
-    # HardNet8's orthogonal init takes seconds on CPU: build on the meta device, then fill.
-    from kornia.feature import HardNet8
-
-    with torch.device("meta"):
-        module = HardNet8(pretrained=False)
-    module = module.to_empty(device="cpu")
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for child in module.modules():
-            if isinstance(child, torch.nn.Conv2d):
-                bound = child.weight[0].numel() ** -0.5
-                child.weight.uniform_(-bound, bound, generator=generator)
-            elif isinstance(child, torch.nn.BatchNorm2d):
-                child.reset_running_stats()
-        module.mean.zero_()
-        module.components.copy_(torch.eye(*module.components.shape))
-    return module.eval()
-
-
-def _demo_cases() -> List[Any]:
-    import kornia.feature as KF
-
-    # Untrained networks (kornia's defaults): bias-free convolutions and BatchNorm statistics
-    # (0, 1) take a flat patch to an exact zero vector before the final normalization.
-    return [
-        ("SOSNet", lambda: KF.SOSNet(pretrained=False), (torch.float16, torch.bfloat16)),
-        ("HyNet(is_bias=False)", lambda: KF.HyNet(pretrained=False, is_bias=False), (torch.float16, torch.bfloat16)),
-        ("HardNet", lambda: KF.HardNet(pretrained=False), (torch.float16,)),
-        ("HardNet8", _untrained_hardnet8, (torch.float16,)),
-        ("SIFTDescriptor(32)", lambda: KF.SIFTDescriptor(32), (torch.float16,)),
-        ("DenseSIFTDescriptor", lambda: KF.DenseSIFTDescriptor(), (torch.float16,)),
-    ]
-
-
-def demonstrate() -> Demonstration:
-    import kornia_halfpatch
-
-    demo = Demonstration("local descriptors on a flat 32x32 patch, CPU (unpatched vs patched)")
-    holds = True
-    patch = torch.full((2, 1, 32, 32), 0.5)
-    for label, make, dtypes in _demo_cases():
-        for dtype in dtypes:
-            model = make().to(dtype)
-            x = patch.to(dtype)
-            with kornia_halfpatch.unpatched(["descriptor_norm"]):
-                before = _outcome(lambda: model(x))
-            with kornia_halfpatch.patched(only=["descriptor_norm"]):
-                after = _outcome(lambda: model(x))
-            holds = holds and after.startswith("finite")
-            demo.rows.append((f"{label} {str(dtype)[6:]}", before, after))
-    demo.holds = holds
-    return demo
+            return unsupported(f"{original.__qualname__} computes differently from the releases this fix knows")
+    return bug_present()
 
 
 FIX = Fix(
     name="descriptor_norm",
-    summary="SOSNet/HyNet/HardNet(8)/SIFT half-precision descriptors: final normalization in float32",
     targets=(
-        Target(("kornia.feature.sosnet:SOSNet.forward",), build_sosnet_forward, ("self", "input", "eps")),
-        Target(("kornia.feature.hynet:HyNet.forward",), build_hynet_forward, ("self", "x")),
-        Target(("kornia.feature.hardnet:HardNet.forward",), build_hardnet_forward, SELF_INPUT, optional=True),
-        Target(("kornia.feature.hardnet:HardNet8.forward",), build_hardnet8_forward, SELF_INPUT, optional=True),
-        Target(("kornia.feature.siftdesc:SIFTDescriptor.forward",), build_widening_forward, SELF_INPUT, optional=True),
-        Target(
-            ("kornia.feature.siftdesc:DenseSIFTDescriptor.forward",), build_widening_forward, SELF_INPUT, optional=True
-        ),
-    ),
-    check=_check,
-    demonstrate=demonstrate,
+        Target(("kornia.feature.sosnet:SOSNet.forward",), build_sosnet_forward, ("self", "input", "eps"),
+               reason="LocalResponseNorm in float32 with eps in float32 (no CPU half avg_pool3d; 1e-10 is 0 in float16)"),
+        Target(("kornia.feature.hynet:HyNet.forward",), build_hynet_forward, ("self", "x"),
+               reason="LocalResponseNorm in float32 with eps in float32, as SOSNet"),
+        Target(("kornia.feature.hardnet:HardNet.forward",), build_hardnet_forward, SELF_INPUT, optional=True,
+               reason="float16 F.normalize in float32 (its eps 1e-12 is 0 in float16: 0/0 for a zero vector)"),
+        Target(("kornia.feature.hardnet:HardNet8.forward",), build_hardnet8_forward, SELF_INPUT, optional=True,
+               reason="both float16 L2 normalizations in float32, as HardNet"),
+    )
+    + SIFT_ROWS,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.descriptor_norm:demonstrate",
 )

@@ -1,5 +1,5 @@
 """torch.nn.functional.grid_sample as kornia calls it on CPU: half images sampled in float32,
-non-finite coordinates made safe for the backward (SPEC F3b).
+non-finite coordinates made safe for the backward (docs/fixes/grid_sample_cpu.md).
 
 Target: ``torch.nn.functional.grid_sample``, for kornia's code only (engine scope "kornia"):
 torch keeps its function; every kornia module global that is it (``map_coordinates`` in
@@ -42,19 +42,17 @@ device and autograd metadata only: TorchScript compiles it, dynamo inlines it wi
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
 from .. import _environment as environment
-from .._engine import SCOPE_EVERYWHERE, SCOPE_KORNIA, Demonstration, Fix, Target
+from .._model import SCOPE_EVERYWHERE, SCOPE_KORNIA, Finding, Fix, Target, bug_present, not_needed
 
 # --------------------------------------------------------------------------------------------
-# Which workaround: torch version facts (SPEC F3b), read once at import
+# Which workaround: torch version facts (docs/fixes/grid_sample_cpu.md), read once at import
 
 TORCH_VERSION = environment.parse_version(torch.__version__)
 FIRST_HALF_CPU_KERNEL = (2, 6)  # torch 2.5.1: "grid_sampler_2d_cpu" not implemented for 'Half'
@@ -177,8 +175,9 @@ _everywhere = False
 _active: Optional[Workaround] = None  # what the installed replacement does
 
 
-def configure(options: Dict[str, Any]) -> None:
-    global _requested, _everywhere
+def _requested_configuration(options: Dict[str, Any]) -> Tuple[str, str, bool]:
+    """(workaround choice, where it came from, everywhere) from apply()'s options and the
+    environment; raises ValueError for a value the caller or the environment got wrong."""
     if OPTION_WORKAROUND in options:
         choice, source = options[OPTION_WORKAROUND], f"apply({OPTION_WORKAROUND}=...)"
     elif os.environ.get(environment.ENV_GRID_SAMPLE_WORKAROUND, "").strip():
@@ -191,6 +190,17 @@ def configure(options: Dict[str, Any]) -> None:
     everywhere = options.get(OPTION_EVERYWHERE, False)
     if not isinstance(everywhere, bool):
         raise ValueError(f"{OPTION_EVERYWHERE} must be True or False, got {everywhere!r}")
+    return choice, source, everywhere
+
+
+def validate_options(options: Dict[str, Any]) -> None:
+    """Run by apply() before anything is patched: bad values raise there, in the caller's code."""
+    _requested_configuration(options)
+
+
+def configure(options: Dict[str, Any]) -> None:
+    global _requested, _everywhere
+    choice, source, everywhere = _requested_configuration(options)
     with _config_lock:
         _requested = (choice, source)
         _everywhere = everywhere
@@ -333,79 +343,30 @@ def _dtypes_kornia_hands_to_grid_sample(grid_sample: Any) -> list:
     return seen
 
 
-def _check(originals: Sequence[Any]) -> Optional[str]:
+def probe(originals: Sequence[Any]) -> Finding:
     grid_sample = originals[0]
     seen = _dtypes_kornia_hands_to_grid_sample(grid_sample)
     if seen and all(dtype == torch.float32 for dtype in seen):
-        return "not needed: this kornia samples half images in float32 itself"
-    return None
+        return not_needed("this kornia samples half images in float32 itself")
+    return bug_present()
 
-
-_CRASH_SCRIPT = """
-import torch, kornia, kornia_halfpatch
-{apply}
-angle = torch.tensor([float("nan")], requires_grad=True)
-image = torch.rand(1, 1, 32, 32, requires_grad=True)
-out = kornia.geometry.transform.rotate(image, angle, padding_mode="border")
-out.sum().backward()
-print("survived", float(out.abs().max()))
-"""
-
-
-def demonstrate() -> Demonstration:
-    import kornia_halfpatch
-    from kornia.geometry.transform import rotate
-
-    demo = Demonstration("grid_sample on CPU: half rotate of a 182x182 image; NaN angle backward")
-    holds = True
-    for dtype in (torch.float16, torch.bfloat16):
-        # The image sits 65536 elements into a buffer of 1000s, so the broken kernel's wrapped
-        # reads land on known values inside the buffer (deterministic, never foreign memory).
-        size = 182
-        buffer = torch.full((_PROBE_PADDING + 3 * size * size,), 1000.0, dtype=dtype)
-        image = torch.as_strided(buffer, (1, 3, size, size), (3 * size * size, size * size, size, 1), _PROBE_PADDING)
-        image.copy_(torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0)).to(dtype))
-        angle = torch.tensor([33.0], dtype=dtype)
-
-        def outside() -> str:
-            out = rotate(image, angle).float()
-            low, high = min(float(image.min()), 0.0), float(image.max())
-            bad = int(((out < low) | (out > high) | ~torch.isfinite(out)).sum())
-            return f"{bad} of {out.numel()} outside [{low:g}, {high:g}]"
-
-        with kornia_halfpatch.unpatched(["grid_sample_cpu"]):
-            before = outside()
-        after = outside()
-        holds = holds and after.startswith("0 of")
-        demo.rows.append((f"{str(dtype)[6:]} rotate 33 deg", before, after))
-    runs = {}
-    for label, apply_line in (("unpatched", ""), ("patched", "kornia_halfpatch.apply(only=['grid_sample_cpu'])")):
-        result = subprocess.run(
-            [sys.executable, "-c", _CRASH_SCRIPT.format(apply=apply_line)], capture_output=True, text=True, timeout=120
-        )
-        runs[label] = "completes" if result.returncode == 0 else f"process dies (exit {result.returncode})"
-    holds = holds and runs["patched"] == "completes"
-    demo.rows.append(("float32 NaN angle, border, backward", runs["unpatched"], runs["patched"]))
-    demo.holds = holds
-    demo.note = f"workaround: {current_workaround().describe()}"
-    return demo
-
-
-PROBES = {"grid_sample_cpu": _status_line}
 
 FIX = Fix(
     name="grid_sample_cpu",
-    summary="kornia's CPU grid_sample calls: half images sampled in float32; NaN grids safe in backward",
     targets=(
         Target(
             ("torch.nn.functional:grid_sample",),
             build_grid_sample,
             GRID_SAMPLE_PARAMETERS,
             scope=_scope,
+            reason="half CPU calls sampled in float32, narrowed once (16-bit offset overflow / no half kernel); "
+            "non-finite coordinates zeroed where the CPU backward would crash",
         ),
     ),
-    check=_check,
-    demonstrate=demonstrate,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.grid_sample_cpu:demonstrate",
     options=(OPTION_WORKAROUND, OPTION_EVERYWHERE),
     configure=configure,
+    validate_options=validate_options,
+    describe=_status_line,
 )

@@ -1,5 +1,5 @@
 """extract_patches_simple / extract_patches_from_pyramid: float32 sampling, one folded grid_sample
-per chunk, zero patches for non-finite LAFs (SPEC F3).
+per chunk, zero patches for non-finite LAFs (docs/fixes/laf_patches.md).
 
 Targets: ``kornia.feature.laf:extract_patches_simple`` and ``extract_patches_from_pyramid``
 (0.7.0-0.8.3); the engine rebinds every kornia module that holds them (``kornia.feature``,
@@ -44,7 +44,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from .._engine import Demonstration, Fix, Target
+from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
+from ..probe_inputs import laf_probe_inputs
+from ._common import like
 
 PATCH_PARAMETERS = ("img", "laf", "PS", "normalize_lafs_before_extraction")
 
@@ -193,7 +195,7 @@ def build_extract_patches_simple(original: Any) -> Any:
             out[:, start:stop] = _sample_folded(sample_img, grid)
         return out.masked_fill_(invalid.view(B, N, 1, 1, 1), 0.0)
 
-    return _like(extract_patches_simple, original)
+    return like(extract_patches_simple, original)
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,14 +317,7 @@ def build_extract_patches_from_pyramid(original: Any) -> Any:
             return _sample_levels_static(levels, lafs_px, level, PS, img.dtype)
         return _sample_levels_gathered(levels, lafs_px, level, PS, img.dtype)
 
-    return _like(extract_patches_from_pyramid, original)
-
-
-def _like(replacement: Any, original: Any) -> Any:
-    # No __wrapped__: TorchScript would compile the original's source instead.
-    replacement.__defaults__ = original.__defaults__
-    replacement.__doc__ = original.__doc__
-    return replacement
+    return like(extract_patches_from_pyramid, original)
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,7 +325,6 @@ def _like(replacement: Any, original: Any) -> Any:
 
 
 _LEVEL_RULES: Dict[Any, Optional[int]] = {}
-_CHECKS: Dict[Tuple[Any, Any], Optional[str]] = {}
 
 
 def _pyramid_level_rule(pyramid: Any) -> Optional[int]:
@@ -363,145 +357,33 @@ def _probe_pyramid_level_rule(pyramid: Any) -> Optional[int]:
     return None
 
 
-def probe_inputs(
-    dtype: torch.dtype = torch.float32, B: int = 2, N: int = 6, CH: int = 3, H: int = 48, W: int = 40
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Deterministic image and rotated LAFs, some crossing the border, several scales."""
-    generator = torch.Generator().manual_seed(1234)
-    img = torch.rand(B, CH, H, W, generator=generator, dtype=torch.float64)
-    centre = torch.rand(B, N, 2, generator=generator, dtype=torch.float64) * torch.tensor([W, H], dtype=torch.float64)
-    centre[:, 0] = torch.tensor([1.0, 2.0], dtype=torch.float64)  # on the border
-    scale = 2.0 + 30.0 * torch.rand(B, N, 1, 1, generator=generator, dtype=torch.float64)
-    angle = torch.rand(B, N, generator=generator, dtype=torch.float64) * 2.0 * 3.141592653589793
-    cos, sin = angle.cos(), angle.sin()
-    linear = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2) * scale
-    laf = torch.cat([linear, centre.unsqueeze(-1)], dim=-1)
-    return img.to(dtype), laf.to(dtype)
-
-
-def _check(originals: Sequence[Any]) -> Optional[str]:
-    key = (originals[0], originals[1])
-    if key not in _CHECKS:
-        _CHECKS[key] = _probe_bug(originals[0], originals[1])
-    return _CHECKS[key]
-
-
-def _probe_bug(simple: Any, pyramid: Any) -> Optional[str]:
+def probe(originals: Sequence[Any]) -> Finding:
+    simple, pyramid = originals[0], originals[1]
     if _pyramid_level_rule(pyramid) is None:
-        return "unsupported: extract_patches_from_pyramid chooses pyramid levels in an unknown way"
-    img, laf = probe_inputs(H=40, W=36)
+        return unsupported("extract_patches_from_pyramid chooses pyramid levels in an unknown way")
+    img, laf = laf_probe_inputs(H=40, W=36)
     for original, build in ((simple, build_extract_patches_simple), (pyramid, build_extract_patches_from_pyramid)):
         for PS in (5, 8):
             if not torch.equal(build(original)(img, laf, PS, True), original(img, laf, PS, True)):
-                return (
-                    f"unsupported: {original.__name__} computes float32 patches differently from the code "
-                    "replicated here"
+                return unsupported(
+                    f"{original.__name__} computes float32 patches differently from the code replicated here"
                 )
     try:
         simple(img.half(), laf, 8, True)
     except RuntimeError:
-        return None
-    return "not needed: extract_patches_simple already samples half images with a float32 LAF"
-
-
-# --------------------------------------------------------------------------------------------
-# Live before/after for the CLI
-
-_NAN_BACKWARD_SCRIPT = """
-import torch, kornia, kornia.feature, kornia_halfpatch
-if {patched}:
-    kornia_halfpatch.apply(only=["laf_patches"])
-laf = torch.tensor([[[[8.0, 0.0, 30.0], [0.0, 8.0, 30.0]]]]).repeat(1, 2, 1, 1)
-laf[0, 1, 0, 2] = float("nan")
-laf.requires_grad_(True)
-kornia.feature.extract_patches_simple(torch.rand(1, 1, 64, 64), laf, 16).sum().backward()
-print(bool(torch.isfinite(laf.grad).all()), float(laf.grad[0, 1].abs().sum()))
-"""
-
-
-def _start_nan_backward(patched: bool) -> Any:
-    import subprocess
-    import sys
-
-    return subprocess.Popen(
-        [sys.executable, "-c", _NAN_BACKWARD_SCRIPT.format(patched=patched)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _nan_backward_outcome(process: Any) -> str:
-    import signal
-    import subprocess
-
-    try:
-        stdout, _ = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        return "hangs"
-    if process.returncode < 0:
-        return f"process killed ({signal.Signals(-process.returncode).name})"
-    if process.returncode != 0:
-        return f"exit {process.returncode}"
-    finite, nan_frame_grad = stdout.split()
-    return f"grad finite={finite}, NaN-frame grad {float(nan_frame_grad):g}"
-
-
-def demonstrate() -> Demonstration:
-    import kornia_halfpatch
-    from kornia.feature import laf as laf_module
-
-    def mixed_dtype() -> str:
-        img, laf = probe_inputs(torch.float32, B=1, N=4, CH=1, H=256, W=256)
-        try:
-            patches = laf_module.extract_patches_simple(img.half(), laf, 32)
-        except RuntimeError as exc:
-            return "RuntimeError: " + str(exc).splitlines()[0][:60]
-        return f"{patches.dtype}, finite={bool(patches.isfinite().all())}"
-
-    def out_of_range() -> str:
-        torch.manual_seed(0)
-        img = torch.rand(1, 1, 256, 256).half()
-        centre = torch.tensor([[[2.0, 128.0], [254.0, 3.0], [128.0, 128.0], [250.0, 250.0]]])
-        laf = laf_module.laf_from_center_scale_ori(centre, torch.full((1, 4, 1, 1), 20.0), torch.full((1, 4, 1), 33.0))
-        bad = 0
-        for function in (laf_module.extract_patches_simple, laf_module.extract_patches_from_pyramid):
-            patches = function(img, laf.half(), 32).float()
-            bad += int((~patches.isfinite() | (patches < float(img.min())) | (patches > float(img.max()))).sum())
-        return f"{bad} of {2 * 4 * 32 * 32} values"
-
-    demo = Demonstration("LAF patch extraction: half images, mixed dtypes, NaN LAFs")
-    # The crash runs in child processes, started first so that they overlap the in-process rows.
-    crash_before, crash_after = _start_nan_backward(False), _start_nan_backward(True)
-    with kornia_halfpatch.unpatched():
-        before = (mixed_dtype(), out_of_range(), _nan_backward_outcome(crash_before))
-    with kornia_halfpatch.patched(only=["laf_patches"]):
-        after = (mixed_dtype(), out_of_range(), _nan_backward_outcome(crash_after))
-    labels = (
-        "float16 image 256x256, float32 LAF",
-        "float16 256x256 border patches outside [min, max]",
-        "float32 NaN LAF, backward",
-    )
-    demo.rows = [(label, b, a) for label, b, a in zip(labels, before, after)]
-    demo.holds = (
-        after[0].startswith("torch.float16, finite=True")
-        and after[1].startswith("0 of")
-        and after[2].startswith("grad finite=True, NaN-frame grad 0")
-    )
-    return demo
+        return bug_present()
+    return not_needed("extract_patches_simple already samples half images with a float32 LAF")
 
 
 FIX = Fix(
     name="laf_patches",
-    summary="LAF patch extraction: float32 sampling, folded and chunked grid_sample, zero patches for non-finite LAFs",
     targets=(
-        Target(("kornia.feature.laf:extract_patches_simple",), build_extract_patches_simple, PATCH_PARAMETERS),
-        Target(
-            ("kornia.feature.laf:extract_patches_from_pyramid",), build_extract_patches_from_pyramid, PATCH_PARAMETERS
-        ),
+        Target(("kornia.feature.laf:extract_patches_simple",), build_extract_patches_simple, PATCH_PARAMETERS,
+               reason="sampling in promote_types(img, laf) with half promoted to float32, one folded grid_sample "
+               "per 64 MiB chunk, zero patches for non-finite LAFs"),
+        Target(("kornia.feature.laf:extract_patches_from_pyramid",), build_extract_patches_from_pyramid,
+               PATCH_PARAMETERS, reason="as extract_patches_simple, per pyramid level"),
     ),
-    check=_check,
-    demonstrate=demonstrate,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.laf_patches:demonstrate",
 )

@@ -1,4 +1,4 @@
-"""create_meshgrid / create_meshgrid3d: half grids built in float32, narrowed once (SPEC F1).
+"""create_meshgrid / create_meshgrid3d: half grids built in float32, narrowed once (docs/fixes/meshgrid.md).
 
 Bug: the old code normalizes with ``(xs / (size - 1) - 0.5) * 2`` as three float16/bfloat16 ops,
 each rounding, on a ``linspace`` ramp that is itself off by up to 1 ulp once ``size - 1`` is not
@@ -25,7 +25,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .._engine import Demonstration, Fix, Target
+from .._model import Finding, Fix, Target, bug_present, not_needed
+from ._common import like
 
 MESHGRID_PARAMETERS = ("height", "width", "normalized_coordinates", "device", "dtype")
 
@@ -61,7 +62,7 @@ def build_create_meshgrid(original: Any) -> Any:
             return torch.stack(torch.meshgrid([xs, ys], indexing="ij"), dim=-1).permute(1, 0, 2).unsqueeze(0)
         return original(height, width, normalized_coordinates, device, grid_dtype)
 
-    return _like(create_meshgrid, original)
+    return like(create_meshgrid, original)
 
 
 def build_create_meshgrid3d(original: Any) -> Any:
@@ -84,73 +85,35 @@ def build_create_meshgrid3d(original: Any) -> Any:
             return grid.permute(0, 2, 1, 3).unsqueeze(0)
         return original(depth, height, width, normalized_coordinates, device, grid_dtype)
 
-    return _like(create_meshgrid3d, original)
+    return like(create_meshgrid3d, original)
 
 
-def _like(replacement: Any, original: Any) -> Any:
-    # Same defaults as the installed release (0.7.0 defaults to cpu/float32, later to None).
-    # No __wrapped__: inspect.getsource would follow it and TorchScript would compile the original.
-    replacement.__defaults__ = original.__defaults__
-    replacement.__doc__ = original.__doc__
-    return replacement
-
-
-def _check(originals: Sequence[Any]) -> Optional[str]:
+def probe(originals: Sequence[Any]) -> Finding:
     create_meshgrid = originals[0]
     eager = create_meshgrid(2, 300, True, torch.device("cpu"), torch.bfloat16)
     widened = create_meshgrid(2, 300, True, torch.device("cpu"), torch.float32).to(torch.bfloat16)
     if torch.equal(eager, widened):
-        return "not needed: this create_meshgrid already rounds half grids once"
-    return None
-
-
-def demonstrate() -> Demonstration:
-    import kornia_halfpatch
-
-    def max_eager_compiled_gap(dtype: torch.dtype, width: int) -> float:
-        # A kornia module that binds create_meshgrid by name in every release (no deprecation
-        # wrapper in between), so the demo sees what kornia's own code calls.
-        import kornia.geometry.transform.homography_warper as homography_warper
-
-        make = homography_warper.create_meshgrid
-
-        def grid(h: int, w: int) -> torch.Tensor:
-            return make(h, w, True, torch.device("cpu"), dtype)
-
-        torch._dynamo.reset()
-        compiled = torch.compile(grid, fullgraph=True)
-        gap = (compiled(2, width).float() - grid(2, width).float()).abs().max().item()
-        torch._dynamo.reset()
-        return gap
-
-    demo = Demonstration("create_meshgrid: eager vs torch.compile, max |difference| of half grids")
-    holds = True
-    for dtype, width in ((torch.bfloat16, 300), (torch.float16, 6000)):
-        with kornia_halfpatch.unpatched(["meshgrid"]):
-            before = max_eager_compiled_gap(dtype, width)
-        with kornia_halfpatch.patched(only=["meshgrid"]):
-            after = max_eager_compiled_gap(dtype, width)
-        holds = holds and after == 0.0
-        demo.rows.append((f"{str(dtype)[6:]} width {width}", f"{before:.4g}", f"{after:.4g}"))
-    demo.holds = holds
-    return demo
+        return not_needed("this create_meshgrid already rounds half grids once")
+    return bug_present()
 
 
 FIX = Fix(
     name="meshgrid",
-    summary="create_meshgrid/create_meshgrid3d half grids: float32 arithmetic, one rounding",
     targets=(
         Target(
             ("kornia.geometry.grid:create_meshgrid", "kornia.utils.grid:create_meshgrid"),
             build_create_meshgrid,
             MESHGRID_PARAMETERS,
+            reason="half normalized grids: the float32 grid narrowed once (three half roundings before); "
+            "half pixel grids: arange in the half dtype",
         ),
         Target(
             ("kornia.geometry.grid:create_meshgrid3d", "kornia.utils.grid:create_meshgrid3d"),
             build_create_meshgrid3d,
             ("depth",) + MESHGRID_PARAMETERS,
+            reason="as create_meshgrid, in three dimensions",
         ),
     ),
-    check=_check,
-    demonstrate=demonstrate,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.meshgrid:demonstrate",
 )

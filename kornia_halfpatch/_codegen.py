@@ -1,0 +1,368 @@
+"""Wrappers generated from the original's signature: plain functions every torch mode compiles.
+
+A row of a fix table ("promote this function for half inputs") needs a replacement that
+TorchScript can compile. TorchScript rejects ``*args``/``**kwargs`` and compiles a function from
+its source text, so a generic closure will not do: the wrapper's source is written out here
+with the original's own parameter list and annotations, executed, and registered in
+``linecache`` under a unique file name (the technique torch.fx uses for its generated
+``forward``), so ``inspect.getsource`` and with it ``torch.jit.script`` read it back. dynamo
+inlines it like any function; ``torch.jit.trace`` records what it runs.
+
+The generated function's globals are a copy of the original's module globals (so the
+original's string annotations, ``"Tensor"``, resolve as they do for the original) plus the
+original itself and the scriptable helpers below, under ``_halfpatch_`` names. Defaults are
+not written into the source: TorchScript takes them from the function object, and the engine
+gives the wrapper the original's ``__defaults__`` and signature.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import linecache
+import threading
+import types
+import typing
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+HALF_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+# A per-output rule: "narrow" (floating outputs to the triggering half dtype) or "float32"
+# (kept as the original computed it in float32: 0.9.0 keeps some geometry/responses in float32).
+NARROW = "narrow"
+FLOAT32 = "float32"
+
+
+class UnsupportedSignature(TypeError):
+    """The original's signature cannot be written out as a TorchScript-compatible wrapper."""
+
+
+# --------------------------------------------------------------------------------------------
+# Scriptable helpers the generated code calls (TorchScript compiles called module functions)
+
+
+def _widen(x: torch.Tensor) -> torch.Tensor:
+    # Widening half to float32 is exact: the original then computes on the very same values.
+    if x.dtype == torch.float16 or x.dtype == torch.bfloat16:
+        return x.float()
+    return x
+
+
+def _widen_optional(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    if x is None:
+        return x
+    return _widen(x)
+
+
+def _widen_list(xs: List[torch.Tensor]) -> List[torch.Tensor]:
+    return [_widen(x) for x in xs]
+
+
+def _narrow(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # One rounding, at the end; integer and boolean outputs (masks, indices) are left alone.
+    if x.is_floating_point():
+        return x.to(dtype)
+    return x
+
+
+def _narrow_optional(x: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    if x is None:
+        return x
+    return _narrow(x, dtype)
+
+
+def _narrow_list(xs: List[torch.Tensor], dtype: torch.dtype) -> List[torch.Tensor]:
+    return [_narrow(x, dtype) for x in xs]
+
+
+HELPERS = {
+    "_halfpatch_widen": _widen,
+    "_halfpatch_widen_optional": _widen_optional,
+    "_halfpatch_widen_list": _widen_list,
+    "_halfpatch_narrow": _narrow,
+    "_halfpatch_narrow_optional": _narrow_optional,
+    "_halfpatch_narrow_list": _narrow_list,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Annotations: what kind of value a parameter or result is, and its source text
+
+
+TENSOR, OPTIONAL_TENSOR, TENSOR_LIST, OTHER = "tensor", "optional_tensor", "tensor_list", "other"
+
+
+def _resolved_hints(function: Callable[..., Any]) -> Dict[str, Any]:
+    try:
+        return typing.get_type_hints(function)
+    except Exception:  # noqa: BLE001 - an annotation that does not evaluate: classify as OTHER
+        return {}
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is typing.Union or isinstance(annotation, types.UnionType)
+
+
+def classify(annotation: Any) -> str:
+    if annotation is torch.Tensor:
+        return TENSOR
+    if _is_union(annotation):
+        args = typing.get_args(annotation)
+        if len(args) == 2 and type(None) in args and torch.Tensor in args:
+            return OPTIONAL_TENSOR
+    if typing.get_origin(annotation) in (list, List) and typing.get_args(annotation) == (torch.Tensor,):
+        return TENSOR_LIST
+    return OTHER
+
+
+def tuple_items(annotation: Any) -> Optional[Tuple[Any, ...]]:
+    """The item annotations of a fixed-length ``Tuple[...]`` result, else None."""
+    if typing.get_origin(annotation) in (tuple, Tuple):
+        args = typing.get_args(annotation)
+        if args and args[-1] is not Ellipsis:
+            return args
+    return None
+
+
+class _Names:
+    """Objects an annotation refers to, bound to names in the generated globals."""
+
+    def __init__(self, namespace: Dict[str, Any]) -> None:
+        self.namespace = namespace
+
+    def bind(self, obj: Any) -> str:
+        for name in ("torch", "typing"):
+            if self.namespace.get(name) is None:
+                self.namespace[name] = torch if name == "torch" else typing
+        if obj is torch.Tensor and self.namespace.get("torch") is torch:
+            return "torch.Tensor"
+        if isinstance(obj, type) and obj.__module__ == "builtins":
+            return obj.__qualname__
+        if isinstance(obj, type) and obj.__module__ == "torch" and getattr(torch, obj.__name__, None) is obj:
+            if self.namespace.get("torch") is torch:
+                return f"torch.{obj.__name__}"  # torch.dtype, torch.device
+        key = f"_halfpatch_type_{len(self.namespace)}"
+        self.namespace[key] = obj
+        return key
+
+    def bind_typing(self, name: str) -> str:
+        value = getattr(typing, name)
+        if self.namespace.setdefault(name, value) is not value:
+            raise UnsupportedSignature(f"the original's module binds {name!r} to something other than typing.{name}")
+        return name
+
+
+def annotation_source(annotation: Any, names: _Names) -> str:
+    if annotation is inspect.Parameter.empty:
+        return ""
+    if isinstance(annotation, str):
+        return annotation  # resolved in the copied globals, as for the original
+    if annotation is None or annotation is type(None):
+        return "None"
+    if _is_union(annotation):
+        args = typing.get_args(annotation)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return f"{names.bind_typing('Optional')}[{annotation_source(rest[0], names)}]"
+        return f"{names.bind_typing('Union')}[{', '.join(annotation_source(a, names) for a in args)}]"
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    generic = {list: "List", tuple: "Tuple", dict: "Dict"}.get(origin)
+    if generic is not None and args:
+        return f"{names.bind_typing(generic)}[{', '.join(annotation_source(a, names) for a in args)}]"
+    if origin is not None:
+        raise UnsupportedSignature(f"annotation {annotation!r}")
+    return names.bind(annotation)
+
+
+# --------------------------------------------------------------------------------------------
+# Source generation and registration
+
+
+_counter = itertools.count()
+_counter_lock = threading.Lock()
+
+
+def _register_source(source: str, label: str) -> str:
+    with _counter_lock:
+        number = next(_counter)
+    filename = f"<kornia_halfpatch generated {label} #{number}>"
+    # mtime None: linecache.checkcache keeps the entry (it has no file to compare with).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return filename
+
+
+def define(source: str, name: str, namespace: Dict[str, Any], label: str) -> Callable[..., Any]:
+    filename = _register_source(source, label)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    return namespace[name]
+
+
+def parameters_of(function: Callable[..., Any]) -> List[inspect.Parameter]:
+    parameters = list(inspect.signature(function).parameters.values())
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise UnsupportedSignature(f"{function.__qualname__} takes *{parameter.name}")
+    return parameters
+
+
+def signature_source(function: Callable[..., Any], names: _Names) -> Tuple[str, str]:
+    """``(parameter list, return annotation)`` source text of ``function``'s signature."""
+    pieces: List[str] = []
+    marked_keyword_only = False
+    for parameter in parameters_of(function):
+        if parameter.kind == parameter.KEYWORD_ONLY and not marked_keyword_only:
+            pieces.append("*")
+            marked_keyword_only = True
+        text = parameter.name
+        annotation = annotation_source(parameter.annotation, names)
+        if annotation:
+            text += f": {annotation}"
+        if parameter.default is not parameter.empty:
+            # Placeholder only: TorchScript and Python take the defaults from the function object.
+            text += f" = _halfpatch_default_{parameter.name}"
+            names.namespace[f"_halfpatch_default_{parameter.name}"] = parameter.default
+        if parameter.kind == parameter.POSITIONAL_ONLY:
+            raise UnsupportedSignature(f"{function.__qualname__}: positional-only parameter {parameter.name}")
+        pieces.append(text)
+    signature = inspect.signature(function)
+    returns = annotation_source(signature.return_annotation, names)
+    return ", ".join(pieces), (f" -> {returns}" if returns else "")
+
+
+def call_source(function: Callable[..., Any], argument: Callable[[inspect.Parameter], str]) -> str:
+    parts = []
+    for parameter in parameters_of(function):
+        value = argument(parameter)
+        parts.append(value if parameter.kind != parameter.KEYWORD_ONLY else f"{parameter.name}={value}")
+    return ", ".join(parts)
+
+
+def base_namespace(original: Callable[..., Any]) -> Dict[str, Any]:
+    function = getattr(original, "__func__", original)
+    namespace = dict(getattr(function, "__globals__", {}))
+    namespace.update(HELPERS)
+    namespace["_halfpatch_original"] = original
+    namespace.setdefault("torch", torch)
+    return namespace
+
+
+def dtype_condition(variable: str, dtypes: Sequence[str]) -> str:
+    return " or ".join(f"{variable}.dtype == torch.{name}" for name in dtypes)
+
+
+# --------------------------------------------------------------------------------------------
+# The generated wrappers of the row kinds
+
+
+def promote_wrapper(
+    original: Callable[..., Any],
+    *,
+    trigger: Optional[str] = None,
+    half: Sequence[str] = ("float16", "bfloat16"),
+    outputs: Optional[Sequence[str]] = None,
+    device: Optional[str] = None,
+    label: str = "",
+) -> Callable[..., Any]:
+    """``original`` run in float32 for half inputs: when the ``trigger`` tensor argument (default:
+    the first tensor parameter) has a dtype in ``half`` (and is on ``device``, if given), every
+    half tensor argument is widened to float32, the original runs, and each floating output is
+    narrowed to the trigger's dtype (or kept in float32 where ``outputs`` says ``"float32"``).
+    Otherwise the original runs on the arguments as given: float32/float64 stay bit for bit."""
+    function = getattr(original, "__func__", original)
+    hints = _resolved_hints(function)
+    parameters = parameters_of(function)
+    kinds = {p.name: classify(hints.get(p.name, p.annotation)) for p in parameters}
+    if trigger is None:
+        trigger = next((name for name, kind in kinds.items() if kind == TENSOR), None)
+    if trigger is None or kinds.get(trigger) != TENSOR:
+        raise UnsupportedSignature(f"{function.__qualname__}: no tensor parameter {trigger!r} to decide on")
+    for name in half:
+        if name not in HALF_DTYPE_NAMES:
+            raise ValueError(f"half dtype {name!r}: choose from {', '.join(HALF_DTYPE_NAMES)}")
+
+    namespace = base_namespace(original)
+    names = _Names(namespace)
+    params, returns = signature_source(function, names)
+    widen = {TENSOR: "_halfpatch_widen({})", OPTIONAL_TENSOR: "_halfpatch_widen_optional({})", TENSOR_LIST: "_halfpatch_widen_list({})"}
+    plain_call = call_source(function, lambda p: p.name)
+    widened_call = call_source(function, lambda p: widen[kinds[p.name]].format(p.name) if kinds[p.name] in widen else p.name)
+
+    result = hints.get("return", inspect.signature(function).return_annotation)
+    items = tuple_items(result)
+    rules = list(outputs) if outputs is not None else None
+
+    def narrowed(expression: str, annotation: Any, rule: str) -> str:
+        if rule == FLOAT32:
+            return expression
+        kind = classify(annotation)
+        if kind == TENSOR:
+            return f"_halfpatch_narrow({expression}, _halfpatch_dtype)"
+        if kind == OPTIONAL_TENSOR:
+            return f"_halfpatch_narrow_optional({expression}, _halfpatch_dtype)"
+        if kind == TENSOR_LIST:
+            return f"_halfpatch_narrow_list({expression}, _halfpatch_dtype)"
+        return expression
+
+    if items is not None:
+        rules = rules or [NARROW] * len(items)
+        if len(rules) != len(items):
+            raise ValueError(f"{function.__qualname__} returns {len(items)} values; outputs lists {len(rules)} rules")
+        parts = [narrowed(f"_halfpatch_out[{i}]", item, rule) for i, (item, rule) in enumerate(zip(items, rules))]
+        result_source = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    elif result is None or result is type(None):
+        result_source = "_halfpatch_out"
+    else:
+        rules = rules or [NARROW]
+        if len(rules) != 1:
+            raise ValueError(f"{function.__qualname__} returns one value; outputs lists {len(rules)} rules")
+        if classify(result) == OTHER and rules[0] == NARROW:
+            raise UnsupportedSignature(f"{function.__qualname__}: result annotation {result!r} is not a tensor")
+        result_source = narrowed("_halfpatch_out", result, rules[0])
+    condition = dtype_condition(trigger, half)
+    if device is not None:
+        condition = f"({condition}) and {trigger}.device.type == {device!r}"
+    name = function.__name__
+    source = (
+        f"def {name}({params}){returns}:\n"
+        f"    if {condition}:\n"
+        f"        _halfpatch_dtype = {trigger}.dtype\n"
+        f"        _halfpatch_out = _halfpatch_original({widened_call})\n"
+        f"        return {result_source}\n"
+        f"    return _halfpatch_original({plain_call})\n"
+    )
+    wrapper = define(source, name, namespace, label or f"{function.__module__}.{function.__qualname__}")
+    wrapper.__defaults__ = function.__defaults__
+    wrapper.__kwdefaults__ = function.__kwdefaults__
+    return wrapper
+
+
+def widen_dtypes_wrapper(
+    original: Callable[..., Any], *, tensor: str, accepted: str, gains: Sequence[str] = ("float16", "bfloat16"), label: str = ""
+) -> Callable[..., Any]:
+    """A dtype validator ``original(tensor, accepted, ...)`` whose accepted list gains the half
+    dtypes in ``gains`` wherever it accepts float32: a half input passes, any other dtype gets
+    the validator's own error, unchanged."""
+    function = getattr(original, "__func__", original)
+    parameters = {p.name for p in parameters_of(function)}
+    for required in (tensor, accepted):
+        if required not in parameters:
+            raise UnsupportedSignature(f"{function.__qualname__} has no parameter {required!r}")
+    namespace = base_namespace(original)
+    names = _Names(namespace)
+    params, returns = signature_source(function, names)
+    call = call_source(function, lambda p: "_halfpatch_accepted" if p.name == accepted else p.name)
+    condition = dtype_condition(tensor, gains)
+    name = function.__name__
+    source = (
+        f"def {name}({params}){returns}:\n"
+        f"    _halfpatch_accepted = {accepted}\n"
+        f"    if ({condition}) and torch.float32 in {accepted} and {tensor}.dtype not in {accepted}:\n"
+        f"        _halfpatch_accepted = list({accepted}) + [{tensor}.dtype]\n"
+        f"    return _halfpatch_original({call})\n"
+    )
+    wrapper = define(source, name, namespace, label or f"{function.__module__}.{function.__qualname__}")
+    wrapper.__defaults__ = function.__defaults__
+    wrapper.__kwdefaults__ = function.__kwdefaults__
+    return wrapper

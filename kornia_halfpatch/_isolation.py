@@ -1,0 +1,172 @@
+"""A clean, local torch state for the shim's behaviour probes, whatever the caller's.
+
+Probes run kornia's code on tiny inputs to decide whether a fix is needed. They ran in the
+caller's torch state, and the state decided the outcome (measured on kornia 0.8.2, torch 2.13):
+``torch.no_grad()``/``inference_mode()`` made a probe's backward raise; a float16 default dtype
+made SOSNet's probe build float16 tensors that have no CPU ``avg_pool3d`` kernel; autocast
+bfloat16 fooled laf_patches' probe into "not needed" (the float32 LAF and the half image met in
+bfloat16) and autocast float16 raised; and the probes' weight initialisation consumed the global
+random stream, so a seeded program drew other numbers after ``apply()``.
+
+:func:`probe_state` is the one place that fixes all of that: every probe, every replacement
+builder that probes, and every status line that may probe runs inside it. On exit the caller's
+state is restored exactly, also when the body raises. Process-global settings (default dtype,
+default device, deterministic algorithms, the CPU random state, warning filters) are only
+touched when they differ from what the probe needs; other threads can observe them changed for
+the duration of a probe (milliseconds, once per ``apply()``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Iterator, List
+
+import torch
+
+# Device types whose autocast state a probe turns off. An unknown or unbuilt backend is skipped
+# (torch.amp.is_autocast_available answers for the ones this torch knows).
+_AUTOCAST_DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "ipu", "mtia", "maia", "privateuseone")
+
+# The seed of the probes' own random draws (untrained networks' weights): a probe's outcome must
+# not depend on where the caller's random stream happens to be.
+PROBE_SEED = 0
+
+
+def _autocast_enabled_device_types() -> List[str]:
+    found = []
+    for device_type in _AUTOCAST_DEVICE_TYPES:
+        try:
+            if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+                found.append(device_type)
+        except (RuntimeError, TypeError, ValueError, AttributeError):
+            continue  # a torch without this device type or this API: nothing to turn off
+    return found
+
+
+@contextlib.contextmanager
+def _without_torch_function_modes() -> Iterator[None]:
+    """Pop the caller's ``TorchFunctionMode`` stack (``with torch.device("meta")``, user modes,
+    tracing modes) for the probe and push it back unchanged."""
+    length = getattr(torch._C, "_len_torch_function_stack", None)
+    if length is None or length() == 0:
+        yield
+        return
+    popped = []
+    try:
+        while length() > 0:
+            popped.append(torch._C._pop_torch_function_stack())
+        yield
+    finally:
+        for mode in reversed(popped):
+            torch._C._push_on_torch_function_stack(mode)
+
+
+@contextlib.contextmanager
+def _without_dispatch_modes() -> Iterator[None]:
+    """Leave the caller's ``TorchDispatchMode`` stack (fake tensors, tracers) for the probe."""
+    length = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    if length is None or length() == 0:
+        yield
+        return
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
+
+
+@contextlib.contextmanager
+def _without_jit_tracing() -> Iterator[None]:
+    """A ``torch.jit.trace`` in progress would record the probe's ops into the user's graph."""
+    get_state = getattr(torch._C, "_get_tracing_state", None)
+    state = get_state() if get_state is not None else None
+    if state is None:
+        yield
+        return
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
+@contextlib.contextmanager
+def _default_dtype_float32() -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    if previous == torch.float32:
+        yield
+        return
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+@contextlib.contextmanager
+def _default_device_cpu() -> Iterator[None]:
+    get_device = getattr(torch, "get_default_device", None)
+    if get_device is None or get_device().type == "cpu":
+        yield
+        return
+    # torch.set_default_device installs a global device context below the mode stack; an inner
+    # ``torch.device`` context wins over it for factory calls without a device.
+    with torch.device("cpu"):
+        yield
+
+
+@contextlib.contextmanager
+def _nondeterministic_allowed() -> Iterator[None]:
+    # Probes compare results; none needs a deterministic kernel, and use_deterministic_algorithms
+    # would make a probe whose op has no deterministic implementation raise.
+    enabled = torch.are_deterministic_algorithms_enabled()
+    if not enabled:
+        yield
+        return
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+
+
+@contextlib.contextmanager
+def _private_random_stream() -> Iterator[None]:
+    devices: List[int] = []
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_available() and cuda.is_initialized():
+        devices = list(range(cuda.device_count()))
+    with torch.random.fork_rng(devices=devices):
+        torch.default_generator.manual_seed(PROBE_SEED)
+        yield
+
+
+@contextlib.contextmanager
+def probe_state() -> Iterator[None]:
+    """Run the body in the torch state the probes were written for; restore the caller's after.
+
+    Grad mode on, inference mode off, autocast off on every device type, no torch-function or
+    dispatch modes, no ``jit.trace`` in progress, default dtype float32, default device CPU,
+    deterministic algorithms and anomaly detection off (a probe's non-finite backward is the
+    bug it looks for, which anomaly mode would raise), the CPU random state (and every
+    initialised CUDA device's) forked and seeded, warnings the probe's own code emits ignored
+    (under ``python -W error`` a kornia deprecation warning would otherwise abort the probe).
+    """
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_without_jit_tracing())
+        stack.enter_context(_without_dispatch_modes())
+        stack.enter_context(_without_torch_function_modes())
+        stack.enter_context(torch.inference_mode(False))
+        stack.enter_context(torch.enable_grad())
+        for device_type in _autocast_enabled_device_types():
+            stack.enter_context(torch.autocast(device_type, enabled=False))
+        stack.enter_context(_default_dtype_float32())
+        stack.enter_context(_default_device_cpu())
+        stack.enter_context(_nondeterministic_allowed())
+        if torch.is_anomaly_enabled():
+            stack.enter_context(torch.autograd.set_detect_anomaly(False))
+        stack.enter_context(_private_random_stream())
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        yield

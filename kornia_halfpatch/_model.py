@@ -1,0 +1,325 @@
+"""What fix modules declare and what the engine reports: targets, rows, fixes, verdicts.
+
+A fix is a table. Each line is one target with its numerical reason, either a hand-written
+:class:`Target` (where the maths differ: laf_patches, descriptor_norm's normalisation) or a row
+of one of three kinds whose replacement the engine generates from the original's signature
+(:mod:`kornia_halfpatch._codegen`):
+
+* :class:`Promote`: a kornia function or method (``forward``) computed in float32 for half
+  inputs: half tensor arguments widened, the original called, outputs narrowed once (or kept in
+  float32 where the row says so).
+* :class:`PromoteForKornia`: the same for a torch op, for kornia's calls only (module views; see
+  ``_kornia_scope``), optionally on one device type.
+* :class:`WidenDtypes`: a kornia dtype validator whose accepted list gains float16/bfloat16
+  wherever it accepts float32; every other dtype still gets kornia's own error.
+
+This module imports neither torch nor kornia (the pytest plugin imports the package).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from . import _environment as environment
+
+# Where a replacement goes. "everywhere": on its home module or class, plus every kornia alias
+# (the default). "kornia": kornia's code only, through aliases and module views.
+SCOPE_EVERYWHERE = "everywhere"
+SCOPE_KORNIA = "kornia"
+
+
+class Verdict(enum.Enum):
+    """What the engine decided for a fix or one of its rows."""
+
+    APPLIED = "applied"
+    NOT_NEEDED = "not needed"  # the behaviour probe found no bug
+    UNSUPPORTED = "unsupported"  # the target has another shape, or computes differently
+    ABSENT = "absent"  # the target does not exist in this release
+    OFF = "turned off"  # by the user (selection, kill switch)
+    UPSTREAM = "fixed upstream"  # kornia >= the release that has the fix
+    FAILED = "failed"  # the probe, build or install raised; skipped, rolled back
+    PENDING = "pending"  # deferred until kornia is imported; or kornia not installed
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A probe's answer: the verdict and the sentence that says why."""
+
+    verdict: Verdict
+    reason: str
+
+    @property
+    def needed(self) -> bool:
+        return self.verdict is Verdict.APPLIED
+
+
+def bug_present(reason: str = "bug present") -> Finding:
+    return Finding(Verdict.APPLIED, reason)
+
+
+def not_needed(detail: str) -> Finding:
+    return Finding(Verdict.NOT_NEEDED, f"not needed: {detail}")
+
+
+def unsupported(detail: str) -> Finding:
+    return Finding(Verdict.UNSUPPORTED, f"unsupported: {detail}")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One attribute to replace, built by hand.
+
+    ``candidates`` are ``"module:attribute.path"`` strings tried in order; the first that
+    resolves is used (``"kornia.geometry.grid:create_meshgrid"`` on 0.8.3,
+    ``"kornia.utils.grid:create_meshgrid"`` before). ``build(original)`` returns the replacement.
+    ``expects_parameters`` is the shape check: the original's leading parameter names must equal
+    it. ``scope`` is ``SCOPE_EVERYWHERE`` or ``SCOPE_KORNIA`` (module-level functions only), or a
+    callable returning one, asked at install time (after ``Fix.configure``). ``reason`` is the
+    numerical reason shown for the row; ``example`` names an input factory (``"module:function"``
+    taking a dtype, returning the positional arguments) for the contract battery.
+    """
+
+    candidates: Tuple[str, ...]
+    build: Callable[[Any], Any]
+    expects_parameters: Optional[Tuple[str, ...]] = None
+    optional: bool = False
+    scope: Union[str, Callable[[], str]] = SCOPE_EVERYWHERE
+    reason: str = ""
+    example: Optional[str] = None
+    row: Optional["Row"] = None  # the table row this target was expanded from
+
+    @property
+    def label(self) -> str:
+        return self.candidates[0].split(":")[-1]
+
+    @property
+    def parameters(self) -> Optional[Tuple[str, ...]]:  # the name before issue 15
+        return self.expects_parameters
+
+
+def _candidates(value: Union[str, Tuple[str, ...]]) -> Tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+@dataclass(frozen=True)
+class Promote:
+    """Row: a kornia function or method computed in float32 for half inputs, narrowed once.
+
+    ``half``: the dtypes of the ``trigger`` tensor argument (default: the first tensor
+    parameter) that take the float32 path. ``outputs``: one rule per output, ``"narrow"`` (to
+    the trigger's dtype) or ``"float32"`` (kept as computed); default every output narrowed.
+    """
+
+    candidates: Union[str, Tuple[str, ...]]
+    reason: str
+    half: Tuple[str, ...] = ("float16", "bfloat16")
+    outputs: Optional[Tuple[str, ...]] = None
+    trigger: Optional[str] = None
+    expects_parameters: Optional[Tuple[str, ...]] = None
+    optional: bool = False
+    example: Optional[str] = None
+
+    scope = SCOPE_EVERYWHERE
+    device: Optional[str] = None
+
+    def build(self, original: Any) -> Any:
+        from ._codegen import promote_wrapper
+
+        return promote_wrapper(
+            original, trigger=self.trigger, half=self.half, outputs=self.outputs, device=self.device
+        )
+
+    def target(self) -> Target:
+        return Target(
+            _candidates(self.candidates),
+            self.build,
+            self.expects_parameters,
+            self.optional,
+            self.scope,
+            reason=self.reason,
+            example=self.example,
+            row=self,
+        )
+
+
+@dataclass(frozen=True)
+class PromoteForKornia(Promote):
+    """Row: a torch op computed in float32 for half inputs, for kornia's calls only (module
+    views), optionally only on ``device`` (a device type such as ``"cpu"``)."""
+
+    device: Optional[str] = None
+    scope = SCOPE_KORNIA
+
+
+@dataclass(frozen=True)
+class WidenDtypes:
+    """Row: a kornia dtype validator ``f(tensor, accepted, ...)`` whose accepted list gains the
+    ``gains`` dtypes wherever it accepts float32."""
+
+    candidates: Union[str, Tuple[str, ...]]
+    reason: str
+    tensor: str = "input"
+    accepted: str = "accepted_dtypes"
+    gains: Tuple[str, ...] = ("float16", "bfloat16")
+    optional: bool = False
+    example: Optional[str] = None
+
+    def build(self, original: Any) -> Any:
+        from ._codegen import widen_dtypes_wrapper
+
+        return widen_dtypes_wrapper(original, tensor=self.tensor, accepted=self.accepted, gains=self.gains)
+
+    def target(self) -> Target:
+        return Target(
+            _candidates(self.candidates),
+            self.build,
+            (self.tensor, self.accepted),
+            self.optional,
+            SCOPE_EVERYWHERE,
+            reason=self.reason,
+            example=self.example,
+            row=self,
+        )
+
+
+Row = Union[Promote, PromoteForKornia, WidenDtypes]
+ROW_KINDS = (Promote, PromoteForKornia, WidenDtypes)
+
+
+def _no_probe(originals: Sequence[Any]) -> Finding:
+    return bug_present()
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A backported upstream fix: a table of targets and rows, and when it applies.
+
+    ``probe(originals)`` receives the resolved originals (``None`` for absent optional targets)
+    and returns a :class:`Finding`; it is the behaviour probe that keeps the shim from patching
+    a release it does not know. ``when_absent()``, if given, explains a release where every
+    target is absent (a Finding instead of "target absent"). ``demonstration`` names the CLI's
+    live before/after (``"module:function"``, imported only by the CLI). ``describe()`` adds a
+    status line (``Report.probes``).
+    """
+
+    name: str
+    targets: Tuple[Any, ...]  # Target or a row kind; rows are expanded to Targets
+    probe: Callable[[Sequence[Any]], Finding] = _no_probe
+    demonstration: Optional[str] = None
+    upstream: str = environment.UPSTREAM_FIXED_RELEASE
+    # Keyword options of apply() this fix takes; configure(given) runs before each install with
+    # the ones given (an empty dict means defaults) and raises ValueError for bad values.
+    options: Tuple[str, ...] = ()
+    configure: Optional[Callable[[Dict[str, Any]], None]] = None
+    # Checks the caller's values (apply() options, environment) in apply(), before anything is
+    # done: a bad value raises there. configure() failing later skips the fix as FAILED.
+    validate_options: Optional[Callable[[Dict[str, Any]], None]] = None
+    when_absent: Optional[Callable[[], Finding]] = None
+    describe: Optional[Callable[[], str]] = None
+
+    def __post_init__(self) -> None:
+        expanded = tuple(t.target() if isinstance(t, ROW_KINDS) else t for t in self.targets)
+        object.__setattr__(self, "targets", expanded)
+
+    @property
+    def rows(self) -> Tuple[Target, ...]:
+        """The targets that came from table rows (generated replacements)."""
+        return tuple(t for t in self.targets if t.row is not None)
+
+    def demonstrate(self) -> "Demonstration":
+        if self.demonstration is None:
+            raise LookupError(f"{self.name} has no demonstration")
+        return load(self.demonstration)()
+
+
+def load(reference: str) -> Any:
+    """``"package.module:attribute"`` -> the attribute, imported now."""
+    import importlib
+
+    module_name, _, attribute = reference.partition(":")
+    return functools.reduce(getattr, attribute.split("."), importlib.import_module(module_name))
+
+
+@dataclass
+class Demonstration:
+    title: str
+    rows: List[Tuple[str, str, str]] = field(default_factory=list)  # (what, unpatched, patched)
+    holds: bool = True
+    note: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# What the engine reports
+
+
+@dataclass
+class RowStatus:
+    target: str  # the resolved "module:path", or the first candidate when absent
+    verdict: Verdict
+    reason: str
+
+
+@dataclass
+class FixStatus:
+    name: str
+    verdict: Verdict
+    reason: str
+    targets: List[str] = field(default_factory=list)
+    rebound: List[str] = field(default_factory=list)
+    stale: List[str] = field(default_factory=list)
+    rows: List[RowStatus] = field(default_factory=list)
+
+    @property
+    def applied(self) -> bool:
+        return self.verdict is Verdict.APPLIED
+
+
+@dataclass
+class Report:
+    kornia_version: Optional[str]
+    torch_version: Optional[str]
+    fixes: Dict[str, FixStatus]
+    probes: Dict[str, str] = field(default_factory=dict)
+    deferred: bool = False
+
+    @property
+    def applied(self) -> List[str]:
+        return [name for name, fix in self.fixes.items() if fix.applied]
+
+    @property
+    def skipped(self) -> Dict[str, str]:
+        return {name: fix.reason for name, fix in self.fixes.items() if not fix.applied}
+
+    @property
+    def verdicts(self) -> Dict[str, Verdict]:
+        return {name: fix.verdict for name, fix in self.fixes.items()}
+
+    @property
+    def stale_references(self) -> List[str]:
+        return sorted({ref for fix in self.fixes.values() for ref in fix.stale})
+
+    def row_counts(self) -> Dict[Verdict, int]:
+        counts: Dict[Verdict, int] = {}
+        for fix in self.fixes.values():
+            for row in fix.rows:
+                counts[row.verdict] = counts.get(row.verdict, 0) + 1
+        return counts
+
+    def __str__(self) -> str:
+        lines = [f"kornia {self.kornia_version or 'not installed'}, torch {self.torch_version or 'not installed'}"]
+        if self.deferred:
+            lines.append("waiting for kornia to be imported; fixes go in then")
+        for fix in self.fixes.values():
+            mark = "applied" if fix.applied else "skipped"
+            lines.append(f"  {fix.name:<20} {mark:<8} {fix.reason}")
+            if fix.applied:
+                for row in fix.rows:
+                    lines.append(f"      {row.verdict.value:<11} {row.target}: {row.reason}")
+        for key, value in self.probes.items():
+            lines.append(f"  probe {key}: {value}")
+        for ref in self.stale_references:
+            lines.append(f"  stale reference: {ref}")
+        return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Live before/after demonstrations, one module per fix, run by the CLI (never by apply())."""

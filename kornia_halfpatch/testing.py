@@ -1,0 +1,91 @@
+"""State helpers for tests, shared by this project's tests and the pytest plugin's fixtures.
+
+The shim is process-global; a test that applies or reverts must leave it as it found it, and
+tests that evaluate stand-in fixes must not touch the real table. This module is the one place
+that knows how (it reads the engine's state; tests never need to).
+
+    with kornia_halfpatch.testing.isolated(only=["meshgrid"]) as report:   # exactly this fix
+        ...
+    with kornia_halfpatch.testing.preserved():     # whatever the block does is undone after
+        ...
+    with kornia_halfpatch.testing.use_fixes([fix]):  # the engine sees only these fixes
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from . import _engine
+from ._model import Fix, FixStatus, Report, Target
+
+
+def _snapshot() -> Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]]:
+    with _engine._lock:
+        applied = _engine.applied_fixes()
+        options = {name: dict(_engine._installed_options.get(name, {})) for name in applied}
+        return applied, options, dict(_engine._statuses)
+
+
+def _restore(snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]]) -> None:
+    applied, options, statuses = snapshot
+    with _engine._lock:
+        _engine.revert()
+        for name in applied:
+            _engine.apply(only=[name], **options[name])
+        # What the earlier apply() found out about the fixes that are not installed (a narrow
+        # apply(only=...) above would otherwise record them as "not selected").
+        for name, status in statuses.items():
+            if name not in applied:
+                _engine._statuses[name] = status
+
+
+@contextlib.contextmanager
+def preserved() -> Iterator[None]:
+    """Whatever the block applies or reverts, the shim is as before afterwards: the same fixes,
+    with the same options, and the same statuses for the others."""
+    snapshot = _snapshot()
+    try:
+        yield
+    finally:
+        _restore(snapshot)
+
+
+@contextlib.contextmanager
+def isolated(only: Optional[Iterable[str]] = None, **options: Any) -> Iterator[Report]:
+    """Exactly the ``only`` fixes applied (every needed one if ``None``; none for ``()``) for the
+    block, configured by ``options``; the previous state restored afterwards."""
+    with preserved():
+        _engine.revert()
+        chosen = tuple(only) if only is not None else None
+        report = _engine.apply(only=chosen, **options) if chosen != () else _engine.status()
+        yield report
+
+
+@contextlib.contextmanager
+def use_fixes(fixes: List[Fix]) -> Iterator[None]:
+    """The engine's registry is ``fixes`` for the block (the seam for engine tests with
+    stand-in fixes); the real fixes are reverted first and restored after."""
+    with preserved():
+        _engine.revert()
+        previous = _engine._registry_override
+        _engine._registry_override = list(fixes)
+        try:
+            yield
+        finally:
+            _engine.revert()
+            _engine._registry_override = previous
+
+
+def installed_targets() -> List[Tuple[str, Target, Any, Any]]:
+    """``(fix name, target, original, replacement)`` of everything installed now."""
+    found = []
+    with _engine._lock:
+        for fix in _engine._registry():
+            entries = list(_engine._installed.get(fix.name, ()))
+            for target in fix.targets:
+                for entry in entries:
+                    if entry.path in target.candidates:
+                        found.append((fix.name, target, entry.original, entry.replacement))
+    return found

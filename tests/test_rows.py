@@ -1,0 +1,235 @@
+"""The contract battery: every row of every fix table, and a table with one row of each kind.
+
+A row joins by existing: the parametrisation reads the registry. Each row is held to what the
+project promises (README, "What fixed means"):
+- float32/float64 results bit for bit the original's;
+- a half result = the original run on the inputs widened to float32, narrowed once (per the
+  row's output rules); for a dtype allow-list row: half passes, other dtypes get kornia's error;
+- revert() puts the original back in every kornia module that held it;
+- the replacement pickles by reference and carries the original's name, module, signature;
+- torch.jit.script holds wherever the original scripts; torch.compile(fullgraph=True) holds
+  (two rows only: CI time).
+The oracle is the original, called in the same run on the same machine.
+"""
+
+import copy
+import inspect
+import pickle
+
+import pytest
+import torch
+
+import kornia_halfpatch
+from kornia_halfpatch import _engine, _model, testing
+from kornia_halfpatch._codegen import FLOAT32, HALF_DTYPE_NAMES
+from kornia_halfpatch.fixes import load_fixes
+from support import UPSTREAM_FIXED, bitwise_equal
+
+# --------------------------------------------------------------------------------------------
+# A table with one row of each kind, on targets no real fix patches (so the battery exercises
+# every kind of generated wrapper, whatever the real tables hold today).
+
+
+def rgb_image(dtype):
+    generator = torch.Generator().manual_seed(11)
+    return (torch.rand(2, 3, 9, 7, generator=generator).to(dtype),)
+
+
+def resized_image(dtype):
+    generator = torch.Generator().manual_seed(12)
+    return (torch.rand(1, 2, 6, 5, generator=generator).to(dtype), None, 1.5, "bilinear", False)
+
+
+def validated_input(dtype):
+    return (torch.zeros(2, 3, dtype=dtype), [torch.float16, torch.float32, torch.float64])
+
+
+KIND_EXAMPLES = {
+    "kornia.color.hsv:rgb_to_hsv": rgb_image,
+    "torch.nn.functional:interpolate": resized_image,
+    "kornia.augmentation.utils.helpers:_validate_input_dtype": validated_input,
+}
+
+KINDS_FIX = _model.Fix(
+    name="row_kinds",
+    targets=(
+        _model.Promote("kornia.color.hsv:rgb_to_hsv", "example row: rgb_to_hsv in float32 for half"),
+        _model.PromoteForKornia(
+            "torch.nn.functional:interpolate", "example row: kornia's CPU interpolate in float32", device="cpu"
+        ),
+        _model.WidenDtypes(
+            "kornia.augmentation.utils.helpers:_validate_input_dtype", "example row: augmentation accepts bfloat16"
+        ),
+    ),
+)
+
+
+def all_rows():
+    rows = [(KINDS_FIX, target) for target in KINDS_FIX.targets]
+    for fix in load_fixes():
+        rows += [(fix, target) for target in fix.rows]
+    return rows
+
+
+ROWS = all_rows()
+IDS = [f"{fix.name}:{target.label}" for fix, target in ROWS]
+pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
+
+
+def example_factory(target):
+    if target.example is not None:
+        return _model.load(target.example)
+    return KIND_EXAMPLES[target.candidates[0]]
+
+
+@pytest.fixture
+def installed(request):
+    """(original, replacement, row) of the row's target with its fix applied alone."""
+    fix, target = request.param
+    context = testing.use_fixes([fix]) if fix is KINDS_FIX else testing.isolated(only=[fix.name])
+    with context:
+        if fix is KINDS_FIX:
+            kornia_halfpatch.apply()
+        for name, installed_target, original, replacement in testing.installed_targets():
+            if installed_target is target:
+                yield original, replacement, target
+                return
+        pytest.skip(f"{target.label} is not installed here: {kornia_halfpatch.status().fixes[fix.name].reason}")
+
+
+def rows(*selected):
+    chosen = list(selected) if selected else ROWS
+    ids = [f"{fix.name}:{target.label}" for fix, target in chosen]
+    return pytest.mark.parametrize("installed", chosen, ids=ids, indirect=True)
+
+
+def widened(args):
+    return tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16) else a for a in args)
+
+
+def narrowed(out, dtype, rules):
+    if isinstance(out, tuple):
+        rules = rules or ("narrow",) * len(out)
+        return tuple(narrowed(o, dtype, (rule,)) for o, rule in zip(out, rules))
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and (not rules or rules[0] != FLOAT32):
+        return out.to(dtype)
+    return out
+
+
+def same(a, b):
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and bitwise_equal(a, b)
+    return a == b
+
+
+@rows()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_full_precision_is_bitwise_the_original(installed, dtype):
+    original, replacement, _ = installed
+    args = example_factory(installed[2])(dtype)
+    assert same(replacement(*args), original(*args))
+
+
+@rows()
+def test_half_is_the_original_on_widened_inputs_narrowed_once(installed):
+    original, replacement, target = installed
+    row = target.row
+    factory = example_factory(target)
+    if isinstance(row, _model.WidenDtypes):
+        for name in row.gains:
+            replacement(*factory(HALF_DTYPE_NAMES[name]))  # accepted now
+        message = None
+        try:
+            original(*factory(torch.int32))
+        except TypeError as exc:
+            message = str(exc)
+        with pytest.raises(TypeError) as raised:
+            replacement(*factory(torch.int32))
+        assert str(raised.value) == message  # kornia's own error, unchanged
+        return
+    for name in row.half:
+        dtype = HALF_DTYPE_NAMES[name]
+        args = factory(dtype)
+        expected = narrowed(original(*widened(args)), dtype, row.outputs)
+        assert same(replacement(*args), expected), name
+    for name in set(HALF_DTYPE_NAMES) - set(row.half):  # a half dtype the row leaves alone
+        args = factory(HALF_DTYPE_NAMES[name])
+        try:
+            expected = original(*args)
+        except (RuntimeError, NotImplementedError):
+            continue
+        assert same(replacement(*args), expected), name
+
+
+@rows()
+def test_revert_puts_the_original_back_in_every_alias(installed):
+    original, replacement, target = installed
+    (parent, attribute, current, _), _ = _engine._resolve(target)
+    if inspect.isclass(parent):  # a method: the class holds it, for every instance
+        assert current is replacement
+        with kornia_halfpatch.unpatched():
+            assert parent.__dict__[attribute] is original
+        assert kornia_halfpatch.is_patched(parent.__dict__[attribute])  # re-applied after the block
+        return
+    in_kornia = lambda obj: sorted(n + "." + a for n, _, a in _engine._bindings_of(obj) if _engine._is_kornia_module(n))
+    held = in_kornia(replacement)
+    assert held or target.scope != _model.SCOPE_EVERYWHERE
+    assert in_kornia(original) == [] or target.scope == _model.SCOPE_KORNIA
+    with kornia_halfpatch.unpatched():
+        assert in_kornia(replacement) == []
+        assert set(held) <= set(in_kornia(original))
+
+
+@rows()
+def test_replacement_pickles_by_reference_and_carries_the_originals_identity(installed):
+    original, replacement, target = installed
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__", "__defaults__"):
+        assert getattr(replacement, attribute) == getattr(original, attribute), attribute
+    assert inspect.signature(replacement) == inspect.signature(original)
+    assert copy.deepcopy(replacement) is replacement
+    if target.scope == _model.SCOPE_EVERYWHERE:  # kornia-scoped: torch's name holds torch's function
+        assert pickle.loads(pickle.dumps(replacement)) is replacement
+
+
+@rows()
+def test_torch_jit_script_holds_wherever_the_original_scripts(installed):
+    original, replacement, target = installed
+    if "." in original.__qualname__:
+        pytest.skip("a method: scripted with its module, not alone")
+    try:
+        torch.jit.script(original)
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"the original does not script either: {type(exc).__name__}")
+    scripted = torch.jit.script(replacement)
+    row = target.row
+    if isinstance(row, _model.WidenDtypes):
+        return  # compiles; a scripted call cannot take a Python list of dtypes (int[]), as the original
+    factory = example_factory(target)
+    dtypes = [torch.float32] + ([HALF_DTYPE_NAMES[n] for n in row.half] if hasattr(row, "half") else [])
+    for dtype in dtypes:
+        args = factory(dtype)
+        assert same(scripted(*args), replacement(*args)), dtype
+
+
+COMPILED = [row for row, name in zip(ROWS, IDS) if name in ("row_kinds:rgb_to_hsv", "quad_interp_solve:_solve_cramer_sym3x3")]
+
+
+@rows(*COMPILED)
+def test_torch_compile_fullgraph_holds(installed):
+    original, replacement, target = installed
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(replacement, fullgraph=True)
+        for name in target.row.half:
+            args = example_factory(target)(HALF_DTYPE_NAMES[name])
+            # Inductor may fuse the float32 arithmetic differently: equal to rounding, not bitwise.
+            torch.testing.assert_close(compiled(*args), replacement(*args))
+    finally:
+        torch._dynamo.reset()
+
+
+def test_the_battery_covers_every_row_kind():
+    kinds = {type(target.row) for _, target in ROWS}
+    assert kinds == set(_model.ROW_KINDS)
