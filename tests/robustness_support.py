@@ -319,14 +319,12 @@ def torch_state() -> Dict[str, Any]:
 
 
 def status_signature(report: Any) -> Dict[str, Any]:
-    """status() reduced to what two runs must agree on: per fix, applied and its verdict, plus the
-    capability probe lines. Read through the public Report API only."""
+    """status() reduced to what two runs must agree on: per fix, applied, its verdict and reason
+    and its per-target rows (where the Report has them), plus the capability probe lines."""
     fixes = {}
     for name, fix in report.fixes.items():
-        verdict = getattr(fix, "reason", None)
-        if verdict is None:
-            verdict = str(getattr(fix, "verdict", ""))
-        fixes[name] = [bool(fix.applied), str(verdict)]
+        rows = [[str(getattr(row, attribute, "")) for attribute in ("target", "verdict", "reason")] for row in getattr(fix, "rows", [])]
+        fixes[name] = [bool(fix.applied), str(getattr(fix, "verdict", "")), str(getattr(fix, "reason", "")), rows]
     return {"applied": sorted(report.applied), "fixes": fixes, "probes": dict(getattr(report, "probes", {}) or {})}
 
 
