@@ -502,3 +502,54 @@ def test_conv_quad_interp3d(volume):
         assert mine.dtype == theirs.dtype and mine.shape == theirs.shape
         if volume.dtype != torch.float16:
             assert bitwise_equal(mine, theirs), "bfloat16/float32/float64 refinement changed"
+
+
+# --------------------------------------------------------------------------------------------
+# Settings of the user's that change float32 arithmetic
+
+
+@pytest.mark.parametrize("precision", ["high", "medium"])
+@pytest.mark.parametrize("name", ["extract_patches_simple", "extract_patches_from_pyramid"])
+def test_float32_patches_stay_the_release_s_under_the_user_s_matmul_precision(name, precision):
+    # torch.set_float32_matmul_precision("medium") lets float32 matmuls (affine_grid's) run in
+    # bfloat16 on CPUs that have it: the release's per-image calls and a folded call then round
+    # differently, and float32 results would no longer be the release's.
+    patched = the_patched(getattr(kornia.feature, name))
+    generator = torch.Generator().manual_seed(11)
+    img = torch.rand(2, 3, 40, 36, generator=generator)
+    B, N = 2, 6
+    angle = torch.rand(B, N, generator=generator) * 6.28
+    scale = (2.0 + 30.0 * torch.rand(B, N, generator=generator)).view(B, N, 1, 1)
+    rotation = torch.stack([torch.stack([angle.cos(), -angle.sin()], -1), torch.stack([angle.sin(), angle.cos()], -1)], -2)
+    centre = torch.rand(B, N, 2, 1, generator=generator) * torch.tensor([36.0, 40.0]).view(1, 1, 2, 1)
+    laf = torch.cat([rotation * scale, centre], dim=-1)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        got = patched(img, laf, 8)
+        want = get_original(patched)(img, laf, 8)
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert bitwise_equal(got, want), f"max |patched - release| = {(got - want).abs().max().item():.3g}"
+
+
+def test_kornia_s_warnings_keep_their_location():
+    # A warning raised by torch inside kornia's call (grid_sample's align_corners default) is
+    # attributed to kornia's line, so filters by module (``-W ignore:::kornia...``) and the
+    # once-per-location registry work as without the shim.
+    from kornia.geometry.transform import remap
+
+    img = torch.rand(1, 1, 6, 6)
+    grid = torch.rand(1, 6, 6) * 5
+
+    def caught():
+        with warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always")
+            remap(img, grid, grid, align_corners=None)
+        return [(str(w.message)[:60], w.filename, w.lineno) for w in records]
+
+    patched_warnings = caught()
+    with unpatched(["grid_sample_cpu"]):
+        release_warnings = caught()
+    assert release_warnings, "remap(align_corners=None) no longer warns: pick another warning"
+    assert patched_warnings == release_warnings

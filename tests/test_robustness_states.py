@@ -36,6 +36,7 @@ from robustness_support import (
     ORDERS,
     STATES,
     case_id,
+    checked_fix,
 )
 from support import UPSTREAM_FIXED, needs_old_kornia
 
@@ -69,8 +70,12 @@ def without_rng(state):
     return {key: value for key, value in state.items() if key != "rng"}
 
 
-def problems_of(case, control, clean):
+def problems_of(case, control, clean, clean_control):
     """Everything in which ``case`` differs from what the shim promises; empty when it passes."""
+
+    def control_of_clean(name):
+        return clean_control["checks"].get(name)
+
     if "crashed" in case:
         return [f"the process died ({case['crashed']}):\n{case['log'][-2000:]}"]
     order = case["case"]["order"]
@@ -103,9 +108,16 @@ def problems_of(case, control, clean):
         problems.append(f"the seeded program drew {case['draw']} instead of {expected_draw}: the shim used the global RNG")
     if case["status"] != clean["status"]:
         problems.append(f"status() {case['status']} != clean run's {clean['status']}")
-    for name in clean["status"]["applied"]:
-        if case["checks"].get(name) != "ok":
-            problems.append(f"fix {name} does not work after the state: {case['checks'].get(name)}")
+    for check, got in case["checks"].items():
+        if checked_fix(check) not in clean["status"]["applied"] or got == "ok":
+            continue
+        # Excused: kornia imported inside the state fails the check on its own, in another way
+        # than through the bug (the clean control shows how the bug fails it), and the patched
+        # kornia fails it in exactly that way.
+        broken_by_state = control["checks"].get(check) != control_of_clean(check)
+        if imports_in_state and broken_by_state and got == control["checks"].get(check):
+            continue
+        problems.append(f"{check} does not work after the state: {got}")
     return problems
 
 
@@ -113,7 +125,7 @@ def problems_of(case, control, clean):
 @pytest.mark.parametrize("state", STATES_UNDER_TEST)
 def test_state_does_not_change_what_the_shim_does(battery, state, order):
     case = battery[case_id({"state": state, "order": order, "shim": True})]
-    problems = problems_of(case, control_of(battery, state), clean_case(battery, order))
+    problems = problems_of(case, control_of(battery, state), clean_case(battery, order), control_of(battery, "clean"))
     assert not problems, f"{state} / {order}:\n" + "\n".join(problems)
 
 
@@ -124,18 +136,22 @@ def test_clean_runs_agree_and_every_applied_fix_works(battery):
     statuses = [case["status"] for case in cases.values()]
     assert statuses[0] == statuses[1] == statuses[2], statuses
     for order, case in cases.items():
-        failing = {name: case["checks"][name] for name in case["status"]["applied"] if case["checks"][name] != "ok"}
+        failing = failing_checks(case, case["status"]["applied"])
         assert not failing, f"{order}: {failing}"
+
+
+def failing_checks(result, fixes):
+    return {check: got for check, got in result["checks"].items() if checked_fix(check) in fixes and got != "ok"}
 
 
 @needs_old_kornia
 def test_the_checks_fail_on_unpatched_kornia(battery):
-    # Each fix's check must be able to fail: without the shim, every fix the clean run applies
-    # fails its check (the bug is there).
+    # Each check must be able to fail: without the shim, every check of every fix the clean run
+    # applies fails (the bug is there).
     control = control_of(battery, "clean")
     applied = clean_case(battery, APPLY_AFTER_IMPORT)["status"]["applied"]
     assert applied, "the clean run applied nothing on a release with bugs"
-    passing = [name for name in applied if control["checks"][name] == "ok"]
+    passing = [check for check, got in control["checks"].items() if checked_fix(check) in applied and got == "ok"]
     assert not passing, f"checks that pass on unpatched kornia: {passing}"
 
 
@@ -225,8 +241,7 @@ def test_python_W_error_apply_before_import(battery):
     assert process.returncode == 0 and result is not None, process.stderr[-3000:]
     clean = clean_case(battery, APPLY_BEFORE_IMPORT)
     assert result["status"] == clean["status"]
-    failing = {name: result["checks"][name] for name in clean["status"]["applied"] if result["checks"][name] != "ok"}
-    assert not failing
+    assert not failing_checks(result, clean["status"]["applied"])
 
 
 PLUGIN_TEST = f"""
@@ -255,5 +270,4 @@ def test_pytest_plugin_with_a_test_that_imports_kornia_inside_no_grad(battery, p
         result = json.load(handle)
     clean = clean_case(battery, IMPORT_INSIDE_STATE)
     assert result["status"] == clean["status"]
-    failing = {name: result["checks"][name] for name in clean["status"]["applied"] if result["checks"][name] != "ok"}
-    assert not failing
+    assert not failing_checks(result, clean["status"]["applied"])
