@@ -48,7 +48,10 @@ JOBS = int(os.environ.get("KORNIA_HALFPATCH_BATTERY_JOBS", "2"))
 def battery():
     results = battery_support.run_runner(battery_support.battery_cases(), jobs=JOBS)
     runner = results.pop("_runner")
-    print(f"\nrobustness battery: {runner['cases']} cases in {runner['seconds']} s with {runner['jobs']} jobs")
+    print(
+        f"\nrobustness battery: {runner['cases']} cases in {runner['seconds']} s with {runner['jobs']} jobs, "
+        f"{runner['cpu_seconds']} CPU seconds in the children"
+    )
     return results
 
 
