@@ -73,6 +73,19 @@ def without_rng(state):
     return {key: value for key, value in state.items() if key != "rng"}
 
 
+def status_difference(got, clean):
+    if "fixes" not in got:
+        return str(got)
+    lines = []
+    for name, want in clean["fixes"].items():
+        mine = got["fixes"].get(name)
+        if mine != want:
+            lines.append(f"{name}: {mine[:3] if mine else None} instead of {want[:3]}")
+    if got.get("probes") != clean.get("probes"):
+        lines.append(f"probes: {got.get('probes')} instead of {clean.get('probes')}")
+    return "; ".join(lines)
+
+
 def problems_of(case, control, clean, clean_control):
     """Everything in which ``case`` differs from what the shim promises; empty when it passes."""
 
@@ -110,7 +123,7 @@ def problems_of(case, control, clean, clean_control):
     if case["draw"] != expected_draw:
         problems.append(f"the seeded program drew {case['draw']} instead of {expected_draw}: the shim used the global RNG")
     if case["status"] != clean["status"]:
-        problems.append(f"status() {case['status']} != clean run's {clean['status']}")
+        problems.append("status() differs from the clean run's: " + status_difference(case["status"], clean["status"]))
     for check, got in case["checks"].items():
         if checked_fix(check) not in clean["status"]["applied"] or got == "ok":
             continue
