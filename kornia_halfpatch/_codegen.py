@@ -13,6 +13,13 @@ original's string annotations, ``"Tensor"``, resolve as they do for the original
 original itself and the scriptable helpers below, under ``_halfpatch_`` names. Defaults are
 not written into the source: TorchScript takes them from the function object, and the engine
 gives the wrapper the original's ``__defaults__`` and signature.
+
+Limits: ``*args``/``**kwargs`` and positional-only parameters are refused (UnsupportedSignature,
+so the row's fix fails at build and is left out). A method row's wrapper calls the original
+with ``self`` explicitly, which TorchScript cannot compile: use method rows only where the
+original method is not scriptable either (SIFTDescriptor/DenseSIFTDescriptor assign submodules
+in ``forward``); a scriptable ``forward`` needs a hand-written target (descriptor_norm's
+SOSNet/HyNet/HardNet).
 """
 
 from __future__ import annotations
@@ -252,6 +259,13 @@ def dtype_condition(variable: str, dtypes: Sequence[str]) -> str:
     return " or ".join(f"{variable}.dtype == torch.{name}" for name in dtypes)
 
 
+def _finish(function: Callable[..., Any], source: str, namespace: Dict[str, Any], label: str) -> Callable[..., Any]:
+    wrapper = define(source, function.__name__, namespace, label or f"{function.__module__}.{function.__qualname__}")
+    wrapper.__defaults__ = function.__defaults__
+    wrapper.__kwdefaults__ = function.__kwdefaults__
+    return wrapper
+
+
 # --------------------------------------------------------------------------------------------
 # The generated wrappers of the row kinds
 
@@ -323,19 +337,15 @@ def promote_wrapper(
     condition = dtype_condition(trigger, half)
     if device is not None:
         condition = f"({condition}) and {trigger}.device.type == {device!r}"
-    name = function.__name__
     source = (
-        f"def {name}({params}){returns}:\n"
+        f"def {function.__name__}({params}){returns}:\n"
         f"    if {condition}:\n"
         f"        _halfpatch_dtype = {trigger}.dtype\n"
         f"        _halfpatch_out = _halfpatch_original({widened_call})\n"
         f"        return {result_source}\n"
         f"    return _halfpatch_original({plain_call})\n"
     )
-    wrapper = define(source, name, namespace, label or f"{function.__module__}.{function.__qualname__}")
-    wrapper.__defaults__ = function.__defaults__
-    wrapper.__kwdefaults__ = function.__kwdefaults__
-    return wrapper
+    return _finish(function, source, namespace, label)
 
 
 def widen_dtypes_wrapper(
@@ -354,15 +364,11 @@ def widen_dtypes_wrapper(
     params, returns = signature_source(function, names)
     call = call_source(function, lambda p: "_halfpatch_accepted" if p.name == accepted else p.name)
     condition = dtype_condition(tensor, gains)
-    name = function.__name__
     source = (
-        f"def {name}({params}){returns}:\n"
+        f"def {function.__name__}({params}){returns}:\n"
         f"    _halfpatch_accepted = {accepted}\n"
         f"    if ({condition}) and torch.float32 in {accepted} and {tensor}.dtype not in {accepted}:\n"
         f"        _halfpatch_accepted = list({accepted}) + [{tensor}.dtype]\n"
         f"    return _halfpatch_original({call})\n"
     )
-    wrapper = define(source, name, namespace, label or f"{function.__module__}.{function.__qualname__}")
-    wrapper.__defaults__ = function.__defaults__
-    wrapper.__kwdefaults__ = function.__kwdefaults__
-    return wrapper
+    return _finish(function, source, namespace, label)
