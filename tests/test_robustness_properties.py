@@ -29,7 +29,7 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import kornia

@@ -38,7 +38,7 @@ from robustness_support import (
     case_id,
     checked_fix,
 )
-from support import UPSTREAM_FIXED, needs_old_kornia
+from support import needs_old_kornia
 
 STATES_UNDER_TEST = [name for name in STATES if name != "clean"]
 JOBS = int(os.environ.get("KORNIA_HALFPATCH_BATTERY_JOBS", "2"))

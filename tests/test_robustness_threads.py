@@ -13,7 +13,6 @@ import threading
 import time
 import warnings
 
-import pytest
 import torch
 
 import kornia
