@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import functools
 import importlib.abc
 import inspect
 import logging
@@ -65,6 +66,34 @@ def _warn(message: str, stacklevel: int = 3) -> None:
 def _describe_exception(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _outside_compiler(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``function`` eagerly, never traced by dynamo.
+
+    ``apply()`` called inside a function being compiled by ``torch.compile`` (or the deferred
+    hook fired by an import there) was traced by dynamo, which then compiled every probe frame
+    on its own: a probe failed with ``InternalTorchDynamoError`` and its fix was skipped. A
+    ``torch._dynamo.disable`` wrapper makes dynamo graph-break and run the call with frame
+    evaluation off. torch._dynamo is only looked up if something already imported it (nothing
+    can be compiling otherwise), so the shim never imports it itself.
+    """
+    disabled: List[Callable[..., Any]] = []
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not disabled:
+            dynamo = sys.modules.get("torch._dynamo")
+            disable = getattr(dynamo, "disable", None)
+            if disable is None:
+                return function(*args, **kwargs)
+            try:
+                disabled.append(disable(function))
+            except Exception:  # noqa: BLE001 - a torch whose disable() differs: run as is
+                return function(*args, **kwargs)
+        return disabled[0](*args, **kwargs)
+
+    return run
 
 
 # Declarations and reports live in _model (re-exported here for existing callers).
@@ -393,6 +422,7 @@ def _kornia_scoped_entries() -> List[Tuple[str, _Installed]]:
     return [(name, e) for name, entries in _installed.items() for e in entries if e.scope == SCOPE_KORNIA]
 
 
+@_outside_compiler
 def _on_kornia_module_executed(module: Any) -> None:
     with _lock:
         namespace = getattr(module, "__dict__", None)
@@ -786,6 +816,7 @@ def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Opti
         _warn(note, stacklevel=4)
 
 
+@_outside_compiler
 def _on_kornia_imported(module: Any) -> None:
     """The deferred apply(), run by wrapt's post-import hook inside the user's ``import kornia``:
     whatever happens here must not make that import fail."""
@@ -807,6 +838,7 @@ def _on_kornia_imported(module: Any) -> None:
 # Public API (re-exported by kornia_halfpatch/__init__.py)
 
 
+@_outside_compiler
 def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None, **options: Any) -> Report:
     """Apply every fix needed by the installed kornia/torch (or the chosen ones).
 
@@ -844,6 +876,7 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
         return _report()
 
 
+@_outside_compiler
 def revert(names: Optional[Iterable[str]] = None) -> None:
     """Undo the given fixes (all by default): every touched attribute is the original again."""
     global _pending_selection
@@ -943,6 +976,7 @@ def _report() -> Report:
     )
 
 
+@_outside_compiler
 def status() -> Report:
     """Per fix: applied or not and why; versions; probe results; stale references (rescanned now)."""
     with _lock:
