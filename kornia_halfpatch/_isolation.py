@@ -11,7 +11,7 @@ random stream, so a seeded program drew other numbers after ``apply()``.
 :func:`probe_state` is the one place that fixes all of that: every probe, every replacement
 builder that probes, and every status line that may probe runs inside it. On exit the caller's
 state is restored exactly, also when the body raises. Process-global settings (default dtype,
-default device, deterministic algorithms, the CPU random state, warning filters) are only
+default device, float32 matmul precision, deterministic algorithms, the CPU random state, warning filters) are only
 touched when they differ from what the probe needs; other threads can observe them changed for
 the duration of a probe (milliseconds, once per ``apply()``).
 """
@@ -132,6 +132,23 @@ def _nondeterministic_allowed() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _float32_matmul_precision_highest() -> Iterator[None]:
+    # "high"/"medium" let float32 matmuls (affine_grid's) run on TF32/bfloat16 internals whose
+    # rounding depends on the matmul's shape: a probe comparing a replacement's float32 result
+    # bitwise with the release's would then find a difference that is not the release's.
+    get_precision = getattr(torch, "get_float32_matmul_precision", None)
+    previous = get_precision() if get_precision is not None else "highest"
+    if previous == "highest":
+        yield
+        return
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+@contextlib.contextmanager
 def _private_random_stream() -> Iterator[None]:
     devices: List[int] = []
     cuda = getattr(torch, "cuda", None)
@@ -148,7 +165,7 @@ def probe_state() -> Iterator[None]:
 
     Grad mode on, inference mode off, autocast off on every device type, no torch-function or
     dispatch modes, no ``jit.trace`` in progress, default dtype float32, default device CPU,
-    deterministic algorithms and anomaly detection off (a probe's non-finite backward is the
+    float32 matmul precision "highest", deterministic algorithms and anomaly detection off (a probe's non-finite backward is the
     bug it looks for, which anomaly mode would raise), the CPU random state (and every
     initialised CUDA device's) forked and seeded, warnings the probe's own code emits ignored
     (under ``python -W error`` a kornia deprecation warning would otherwise abort the probe).
@@ -164,6 +181,7 @@ def probe_state() -> Iterator[None]:
         stack.enter_context(_default_dtype_float32())
         stack.enter_context(_default_device_cpu())
         stack.enter_context(_nondeterministic_allowed())
+        stack.enter_context(_float32_matmul_precision_highest())
         if torch.is_anomaly_enabled():
             stack.enter_context(torch.autograd.set_detect_anomaly(False))
         stack.enter_context(_private_random_stream())
