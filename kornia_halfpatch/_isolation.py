@@ -160,6 +160,41 @@ def _private_random_stream() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _probe_warnings_ignored() -> Iterator[None]:
+    """One "ignore" entry in front of the process's warning filters, removed by identity after.
+
+    Not ``warnings.catch_warnings()``: it snapshots the filter list and puts the snapshot back,
+    so with another thread's ``catch_warnings`` (pytest.warns, a library's own) interleaving,
+    each restored the other's copy and the caller's filters ended up replaced, with the probe's
+    "ignore" left in. The entry is taken out of the list it went into and out of whatever list
+    is current, and nothing else is touched.
+    """
+    entry = ("ignore", None, Warning, None, 0)
+    filters = warnings.filters
+    filters.insert(0, entry)
+    _filters_mutated()
+    try:
+        yield
+    finally:
+        for holder in (filters, warnings.filters):
+            for position, value in enumerate(holder):
+                if value is entry:
+                    del holder[position]
+                    break
+        _filters_mutated()
+
+
+def _filters_mutated() -> None:
+    # Invalidates the per-module "already warned" registries, as warnings.simplefilter does.
+    mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
+    if mutated is not None:
+        try:
+            mutated()
+        except Exception:  # noqa: BLE001 - a Python whose private hook differs: registries stay
+            pass
+
+
+@contextlib.contextmanager
 def probe_state() -> Iterator[None]:
     """Run the body in the torch state the probes were written for; restore the caller's after.
 
@@ -185,6 +220,5 @@ def probe_state() -> Iterator[None]:
         if torch.is_anomaly_enabled():
             stack.enter_context(torch.autograd.set_detect_anomaly(False))
         stack.enter_context(_private_random_stream())
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("ignore")
+        stack.enter_context(_probe_warnings_ignored())
         yield
