@@ -67,14 +67,16 @@ def answers(call):
     return allowed, mixtures
 
 
-def run_threads_against_apply_revert(work):
+def run_threads_against_apply_revert(work, extra_allowed=None):
     """After SECONDS of WORKERS threads calling ``work`` while one thread reverts and applies in
     a loop: (references, errors, wrong answers, mixed answers, answers seen, apply/revert
     cycles, whether the process's warning filters changed)."""
     references = {name: answers(call) for name, call in work.items()}
+    for name, more in (extra_allowed or {}).items():
+        references[name][0].extend(more)
     stop = threading.Event()
     errors, wrong, mixed = [], [], []
-    seen = {name: [0, 0] for name in work}  # [patched, unpatched] answers observed
+    seen = {name: [0] * (2 + len((extra_allowed or {}).get(name, ()))) for name in work}  # per allowed answer
     cycles = [0]
 
     def worker(scoped_warnings=False):
@@ -149,15 +151,38 @@ def test_patched_calls_from_threads_while_apply_and_revert_loop():
     assert not problems, "\n".join(problems) + f"\nanswers seen [patched, unpatched]: {seen}"
 
 
-def test_a_shared_sift_descriptor_while_apply_and_revert_loop():
-    # One SIFTDescriptor used by every thread, float16 patches only. Without the shim, or with
-    # it in force throughout, every call converts the shared kernel to the same dtype. While
-    # apply()/revert() cycle, patched calls (float32 inside) and unpatched calls (float16)
-    # convert the same kernel both ways under each other.
+def test_a_sift_descriptor_per_thread_while_apply_and_revert_loop():
+    # One SIFTDescriptor per thread, float16 patches only, while apply()/revert() cycle: no call
+    # fails. SIFTDescriptor keeps its kernel in the dtype of its last input
+    # (``self.pk = self.pk.to(input.dtype)``), lossily: unpatched kornia called once with float16
+    # and then with float32 answers differently from a fresh instance (1.1e-5 on 0.8.2). A patched
+    # call (float32 inside) on an instance an unpatched call left in float16 is that same kornia
+    # behaviour, so its answer is legitimate too, computed here the same way.
+    # One instance SHARED between threads is not covered: kornia itself fails then when threads
+    # call it with float16 and float32 (measured on 0.8.2 without the shim: 322 "Input type ...
+    # and weight type ..." errors in 1333 calls over 3 s), and patched (float32 inside) with
+    # unpatched (float16) calls are the same race (README, Limitations).
     kornia_halfpatch.apply()
-    shared = kornia.feature.SIFTDescriptor(16)
-    work = {"sift_descriptor": calls(shared_sift=shared)["sift_descriptor"]}
-    _, errors, wrong, mixed, _, cycles, _ = run_threads_against_apply_revert(work)
+    own = threading.local()
+
+    def instance():
+        if not hasattr(own, "sift"):
+            own.sift = kornia.feature.SIFTDescriptor(16)
+        return own.sift
+
+    patch = torch.rand(3, 1, 16, 16, generator=torch.Generator().manual_seed(7)).half()
+    patched_on_fresh_kernel = kornia.feature.SIFTDescriptor(16)(patch)
+    touched = kornia.feature.SIFTDescriptor(16)
+    with kornia_halfpatch.unpatched():
+        touched(patch)  # kornia rounds the instance's kernel to float16
+    patched_on_rounded_kernel = touched(patch)
+    assert not bitwise_equal(patched_on_fresh_kernel, patched_on_rounded_kernel), "kornia's kernel rounding is gone"
+    work = {"sift_descriptor": lambda: instance()(patch)}
+    # answers() itself calls one instance unpatched, then patched: its "patched" reference is
+    # the one on a rounded kernel; a thread's first, patched call gives the one on a fresh kernel.
+    references, errors, wrong, mixed, seen, cycles, _ = run_threads_against_apply_revert(
+        work, extra_allowed={"sift_descriptor": [patched_on_fresh_kernel, patched_on_rounded_kernel]}
+    )
     assert cycles >= 2
     assert not errors, f"{len(errors)} calls raised, e.g. {errors[0]}"
-    assert not wrong and not mixed
+    assert not wrong and not mixed, f"{len(wrong)} wrong, {len(mixed)} mixed answers"
