@@ -422,6 +422,36 @@ def _kornia_scoped_entries() -> List[Tuple[str, _Installed]]:
     return [(name, e) for name, entries in _installed.items() for e in entries if e.scope == SCOPE_KORNIA]
 
 
+def kornia_scoped_replacement(module: str, qualname: str) -> Any:
+    """The installed kornia-scoped replacement of ``module.qualname``, or None (read without the
+    lock: pickle calls this from any thread, possibly while another holds the lock)."""
+    for entries in list(_installed.values()):
+        for entry in list(entries):
+            if entry.scope != SCOPE_KORNIA:
+                continue
+            function = entry.original
+            if getattr(function, "__module__", None) == module and getattr(function, "__qualname__", None) == qualname:
+                return entry.replacement
+    return None
+
+
+def _set_pickle_reference(replacement: Any, original: Any, scope: str) -> None:
+    """Where pickle finds a replacement: at the original's name when it replaces the original
+    there, at a ``kornia_halfpatch._scoped`` attribute when it is kornia-scoped (the original's
+    home keeps the original, so its name cannot resolve to the replacement; see _scoped)."""
+    if not isinstance(replacement, types.FunctionType):
+        return
+    module, qualname = getattr(original, "__module__", None), getattr(original, "__qualname__", None)
+    if module is None or qualname is None:
+        return
+    if scope == SCOPE_KORNIA:
+        from ._scoped import reference_name
+
+        replacement.__module__, replacement.__qualname__ = "kornia_halfpatch._scoped", reference_name(module, qualname)
+    else:
+        replacement.__module__, replacement.__qualname__ = module, qualname
+
+
 @_outside_compiler
 def _on_kornia_module_executed(module: Any) -> None:
     with _lock:
@@ -613,6 +643,7 @@ def _install(
             parent, attribute, original, path = found
             replacement = replacements[position] if replacements is not None else _build(target, original)
             scope = target.scope() if callable(target.scope) else target.scope
+            _set_pickle_reference(replacement, original, scope)
             entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
             if scope == SCOPE_KORNIA and not entry.on_module:
                 raise TypeError(f"{path}: scope {SCOPE_KORNIA!r} is for module-level functions")

@@ -11,6 +11,7 @@ import importlib
 import inspect
 import multiprocessing
 import pickle
+import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
@@ -95,11 +96,21 @@ def test_every_fix_target_is_found(replacements):
     assert not missing, f"replacements not found by walking kornia: {missing}"
 
 
+def kornia_scoped(replacement):
+    """A replacement of another library's function for kornia's code only (grid_sample): the
+    original's home keeps the original, so pickle finds the replacement through the shim."""
+    return replacement.__module__ == "kornia_halfpatch._scoped"
+
+
 def test_replacements_keep_the_identity_of_their_originals(replacements):
     problems = []
     for replacement in replacements:
         original = get_original(replacement)
-        for attribute in ("__name__", "__qualname__", "__module__", "__doc__"):
+        # A kornia-scoped replacement cannot pickle under its original's name (that name resolves
+        # to the original); it keeps the original's __name__ and is reached by pickle through
+        # kornia_halfpatch._scoped (checked in the pickling tests).
+        same = ("__name__", "__doc__") if kornia_scoped(replacement) else ("__name__", "__qualname__", "__module__", "__doc__")
+        for attribute in same:
             if getattr(replacement, attribute, None) != getattr(original, attribute, None):
                 problems.append(
                     f"{label(replacement)}: {attribute} {getattr(replacement, attribute, None)!r:.80} "
@@ -119,10 +130,26 @@ def test_replacements_pickle_by_reference_to_what_is_installed(replacements):
         except Exception as exc:  # noqa: BLE001 - collected, reported together
             problems.append(f"{label(replacement)}: {type(exc).__name__}: {exc}")
             continue
-        installed = resolve(original.__module__, original.__qualname__)
+        # Where kornia's code finds it: the original's name, or (kornia-scoped) kornia's modules.
+        installed = replacement if kornia_scoped(replacement) else resolve(original.__module__, original.__qualname__)
         if restored is not installed:
             problems.append(f"{label(replacement)}: unpickled {restored!r}, installed there is {installed!r}")
     assert not problems, "\n".join(problems)
+
+
+def test_kornia_scoped_replacements_unpickle_as_the_original_where_the_shim_is_not_applied(replacements):
+    scoped = [r for r in replacements if kornia_scoped(r)]
+    assert scoped, "no kornia-scoped replacement installed (grid_sample_cpu's is one)"
+    for replacement in scoped:
+        original = get_original(replacement)
+        code = (
+            "import pickle, sys, importlib\n"
+            "obj = pickle.loads(sys.stdin.buffer.read())\n"
+            f"home = importlib.import_module({original.__module__!r})\n"
+            f"print(obj is getattr(home, {original.__qualname__!r}), 'kornia_halfpatch._engine' in sys.modules)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(replacement), capture_output=True, timeout=120)
+        assert done.stdout.split() == [b"True", b"True"], (label(replacement), done.stdout, done.stderr[-2000:])
 
 
 def test_replacements_and_patched_objects_survive_copies(replacements):
