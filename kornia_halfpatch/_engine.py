@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import functools
 import importlib.abc
 import inspect
 import logging
@@ -65,6 +66,34 @@ def _warn(message: str, stacklevel: int = 3) -> None:
 def _describe_exception(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _outside_compiler(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``function`` eagerly, never traced by dynamo.
+
+    ``apply()`` called inside a function being compiled by ``torch.compile`` (or the deferred
+    hook fired by an import there) was traced by dynamo, which then compiled every probe frame
+    on its own: a probe failed with ``InternalTorchDynamoError`` and its fix was skipped. A
+    ``torch._dynamo.disable`` wrapper makes dynamo graph-break and run the call with frame
+    evaluation off. torch._dynamo is only looked up if something already imported it (nothing
+    can be compiling otherwise), so the shim never imports it itself.
+    """
+    disabled: List[Callable[..., Any]] = []
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not disabled:
+            dynamo = sys.modules.get("torch._dynamo")
+            disable = getattr(dynamo, "disable", None)
+            if disable is None:
+                return function(*args, **kwargs)
+            try:
+                disabled.append(disable(function))
+            except Exception:  # noqa: BLE001 - a torch whose disable() differs: run as is
+                return function(*args, **kwargs)
+        return disabled[0](*args, **kwargs)
+
+    return run
 
 
 # Declarations and reports live in _model (re-exported here for existing callers).
@@ -393,6 +422,37 @@ def _kornia_scoped_entries() -> List[Tuple[str, _Installed]]:
     return [(name, e) for name, entries in _installed.items() for e in entries if e.scope == SCOPE_KORNIA]
 
 
+def kornia_scoped_replacement(module: str, qualname: str) -> Any:
+    """The installed kornia-scoped replacement of ``module.qualname``, or None (read without the
+    lock: pickle calls this from any thread, possibly while another holds the lock)."""
+    for entries in list(_installed.values()):
+        for entry in list(entries):
+            if entry.scope != SCOPE_KORNIA:
+                continue
+            function = entry.original
+            if getattr(function, "__module__", None) == module and getattr(function, "__qualname__", None) == qualname:
+                return entry.replacement
+    return None
+
+
+def _set_pickle_reference(replacement: Any, original: Any, scope: str) -> None:
+    """Where pickle finds a replacement: at the original's name when it replaces the original
+    there, at a ``kornia_halfpatch._scoped`` attribute when it is kornia-scoped (the original's
+    home keeps the original, so its name cannot resolve to the replacement; see _scoped)."""
+    if not isinstance(replacement, types.FunctionType):
+        return
+    module, qualname = getattr(original, "__module__", None), getattr(original, "__qualname__", None)
+    if module is None or qualname is None:
+        return
+    if scope == SCOPE_KORNIA:
+        from ._scoped import reference_name
+
+        replacement.__module__, replacement.__qualname__ = "kornia_halfpatch._scoped", reference_name(module, qualname)
+    else:
+        replacement.__module__, replacement.__qualname__ = module, qualname
+
+
+@_outside_compiler
 def _on_kornia_module_executed(module: Any) -> None:
     with _lock:
         namespace = getattr(module, "__dict__", None)
@@ -561,8 +621,15 @@ def _build(target: Target, original: Any) -> Any:
     return replacement
 
 
-def _install(fix: Fix, resolved: List[Optional[Resolved]], status: FixStatus, index: "_BindingIndex") -> List[str]:
-    """Install every resolved target of ``fix``; returns the stale references to warn about.
+def _install(
+    fix: Fix,
+    resolved: List[Optional[Resolved]],
+    status: FixStatus,
+    index: "_BindingIndex",
+    replacements: Optional[List[Any]] = None,
+) -> List[str]:
+    """Install every resolved target of ``fix`` (with the ``replacements`` built for them, if
+    given, else built here); returns the stale references to warn about.
 
     All or nothing: if building or installing any target raises, what was installed so far is
     rolled back (every alias, view and class attribute) before the exception propagates.
@@ -570,12 +637,13 @@ def _install(fix: Fix, resolved: List[Optional[Resolved]], status: FixStatus, in
     entries: List[_Installed] = []
     _installed[fix.name] = entries  # first, so that a rollback finds a half-done install
     try:
-        for target, found in zip(fix.targets, resolved):
+        for position, (target, found) in enumerate(zip(fix.targets, resolved)):
             if found is None:
                 continue
             parent, attribute, original, path = found
-            replacement = _build(target, original)
+            replacement = replacements[position] if replacements is not None else _build(target, original)
             scope = target.scope() if callable(target.scope) else target.scope
+            _set_pickle_reference(replacement, original, scope)
             entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
             if scope == SCOPE_KORNIA and not entry.on_module:
                 raise TypeError(f"{path}: scope {SCOPE_KORNIA!r} is for module-level functions")
@@ -710,12 +778,30 @@ def _check_options(options: Dict[str, Any], selection: Tuple[str, ...]) -> None:
             fix.validate_options({key: value for key, value in options.items() if key in fix.options})
 
 
-def _evaluate_and_install(
-    fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], notes: List[str], index: _BindingIndex
-) -> FixStatus:
-    """Gate and install one fix in the probes' clean torch state. Never raises (but for
-    KeyboardInterrupt and the like): a failing configuration, probe, build or install leaves the
-    fix out, rolled back, with the exception in its status, a log record and a warning."""
+@dataclass
+class _Evaluated:
+    """A fix gated, probed and built, not yet installed."""
+
+    fix: Fix
+    given: Dict[str, Any]
+    status: FixStatus
+    resolved: Optional[List[Optional[Resolved]]] = None
+    replacements: List[Any] = field(default_factory=list)
+
+
+def _failed(fix: Fix, exc: BaseException, notes: List[str], what: str) -> FixStatus:
+    why = _describe_exception(exc)
+    logger.warning("%s skipped: its %s failed: %s", fix.name, what, why, exc_info=True)
+    notes.append(f"kornia_halfpatch: {fix.name} skipped: its {what} failed ({why})")
+    failed = FixStatus(fix.name, Verdict.FAILED, f"failed: {why}")
+    failed.rows = [RowStatus(t.candidates[0], Verdict.FAILED, failed.reason) for t in fix.targets]
+    return failed
+
+
+def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], notes: List[str]) -> _Evaluated:
+    """Configure, gate, probe and build one fix in the probes' clean torch state, patching
+    nothing. Never raises (but for KeyboardInterrupt and the like): a failure leaves the fix out
+    with the exception in its status, a log record and a warning."""
     unknown = kornia_version is not None and kornia_version not in environment.KNOWN_KORNIA_RELEASES
     from ._isolation import probe_state
 
@@ -726,21 +812,30 @@ def _evaluate_and_install(
             resolved, finding = _gate(fix, kornia_version)
             status = _status(fix.name, finding)
             status.rows = _row_statuses(fix, resolved, finding)
+            replacements = []
             if resolved is not None:
-                stale = _install(fix, resolved, status, index)
-                _installed_options[fix.name] = given
+                # Builders may probe too (the grid_sample kernel, the pyramid's level rule).
+                replacements = [
+                    _build(target, found[2]) if found is not None else None
+                    for target, found in zip(fix.targets, resolved)
+                ]
     except Exception as exc:  # noqa: BLE001 - the shim must not break the program it runs in
-        why = _describe_exception(exc)
-        logger.warning("%s skipped: its probe or install failed: %s", fix.name, why, exc_info=True)
-        notes.append(f"kornia_halfpatch: {fix.name} skipped: its probe or install failed ({why})")
-        failed = FixStatus(fix.name, Verdict.FAILED, f"failed: {why}")
-        failed.rows = [RowStatus(t.candidates[0], Verdict.FAILED, failed.reason) for t in fix.targets]
-        return failed
+        return _Evaluated(fix, given, _failed(fix, exc, notes, "probe or install"))
     if resolved is None:
         if unknown and finding.verdict is not Verdict.UPSTREAM:
             notes.append(f"kornia_halfpatch: {fix.name} skipped: {finding.reason}")
         logger.info("%s skipped: %s", fix.name, finding.reason)
-        return status
+    return _Evaluated(fix, given, status, resolved, replacements)
+
+
+def _install_evaluated(evaluated: _Evaluated, notes: List[str], index: _BindingIndex) -> FixStatus:
+    """Install one evaluated fix; a failing install is rolled back and reported, never raised."""
+    fix, status = evaluated.fix, evaluated.status
+    try:
+        stale = _install(fix, evaluated.resolved, status, index, evaluated.replacements)
+        _installed_options[fix.name] = evaluated.given
+    except Exception as exc:  # noqa: BLE001 - rolled back by _install; the other fixes stay
+        return _failed(fix, exc, notes, "probe or install")
     logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
     for ref in stale:
         notes.append(
@@ -748,6 +843,29 @@ def _evaluate_and_install(
             f"function; import it after apply(), or through its kornia module"
         )
     return status
+
+
+@contextlib.contextmanager
+def _one_pass() -> Iterator[None]:
+    """Install or revert every fix as one pass that other threads do not interleave with.
+
+    Between two fixes' installs a thread calling kornia ran a mixture (measured: 126-472 mixed
+    answers of 8 threads x homography_warp in bfloat16 while another thread applied/reverted,
+    when installs were spread between probes). Probes now run before any patching, and the
+    patching itself (attribute assignments and module scans, no I/O, no torch op) runs with the
+    interpreter's thread switch interval raised, so the GIL is not handed to another thread
+    mid-pass. Restored afterwards; a build without a GIL gets the tight pass alone.
+    """
+    previous = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(max(previous, 1.0))
+    except Exception:  # noqa: BLE001
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            sys.setswitchinterval(previous)
 
 
 def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
@@ -767,6 +885,8 @@ def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Opti
                         continue
                     if found is not None:
                         index.want(found[2])
+    # First every selected fix is gated, probed and built, patching nothing...
+    evaluated: List[_Evaluated] = []
     for fix in registry:
         given = {key: value for key, value in (options or {}).items() if key in fix.options}
         if fix.name in _installed:
@@ -780,12 +900,20 @@ def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Opti
         if fix.name not in selection:
             _statuses.setdefault(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
             continue
-        _statuses[fix.name] = _evaluate_and_install(fix, given, kornia_version, notes, index)
+        evaluated.append(_evaluate(fix, given, kornia_version, notes))
+    # ... then all of them go in, in one tight pass.
+    with _one_pass():
+        for item in evaluated:
+            if item.resolved is None:
+                _statuses[item.fix.name] = item.status
+            else:
+                _statuses[item.fix.name] = _install_evaluated(item, notes, index)
     # Outside the probes' state, where the caller's warning filters apply again.
     for note in notes:
         _warn(note, stacklevel=4)
 
 
+@_outside_compiler
 def _on_kornia_imported(module: Any) -> None:
     """The deferred apply(), run by wrapt's post-import hook inside the user's ``import kornia``:
     whatever happens here must not make that import fail."""
@@ -807,6 +935,7 @@ def _on_kornia_imported(module: Any) -> None:
 # Public API (re-exported by kornia_halfpatch/__init__.py)
 
 
+@_outside_compiler
 def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]] = None, **options: Any) -> Report:
     """Apply every fix needed by the installed kornia/torch (or the chosen ones).
 
@@ -844,6 +973,7 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
         return _report()
 
 
+@_outside_compiler
 def revert(names: Optional[Iterable[str]] = None) -> None:
     """Undo the given fixes (all by default): every touched attribute is the original again."""
     global _pending_selection
@@ -858,14 +988,20 @@ def revert(names: Optional[Iterable[str]] = None) -> None:
             if _pending_selection is None:
                 _pending_options.clear()
         index = _BindingIndex(e.replacement for n in chosen for e in _installed.get(n, ()))
-        for name in reversed(fix_names()):
-            if name in chosen:
-                try:
-                    _uninstall(name, index)
-                except Exception as exc:  # noqa: BLE001 - revert the other fixes all the same
-                    logger.warning("revert of %s failed: %s", name, _describe_exception(exc), exc_info=True)
-                    _warn(f"kornia_halfpatch: revert of {name} failed ({_describe_exception(exc)})")
-                _statuses.pop(name, None)
+        with _one_pass():
+            _revert_all(chosen, index)
+
+
+def _revert_all(chosen: Tuple[str, ...], index: _BindingIndex) -> None:
+    """Uninstall the chosen fixes, last installed first; one failing revert does not stop the rest."""
+    for name in reversed(fix_names()):
+        if name in chosen:
+            try:
+                _uninstall(name, index)
+            except Exception as exc:  # noqa: BLE001 - revert the other fixes all the same
+                logger.warning("revert of %s failed: %s", name, _describe_exception(exc), exc_info=True)
+                _warn(f"kornia_halfpatch: revert of {name} failed ({_describe_exception(exc)})")
+            _statuses.pop(name, None)
 
 
 def applied_fixes() -> Tuple[str, ...]:
@@ -943,6 +1079,7 @@ def _report() -> Report:
     )
 
 
+@_outside_compiler
 def status() -> Report:
     """Per fix: applied or not and why; versions; probe results; stale references (rescanned now)."""
     with _lock:

@@ -11,7 +11,7 @@ random stream, so a seeded program drew other numbers after ``apply()``.
 :func:`probe_state` is the one place that fixes all of that: every probe, every replacement
 builder that probes, and every status line that may probe runs inside it. On exit the caller's
 state is restored exactly, also when the body raises. Process-global settings (default dtype,
-default device, deterministic algorithms, the CPU random state, warning filters) are only
+default device, float32 matmul precision, deterministic algorithms, the CPU random state, warning filters) are only
 touched when they differ from what the probe needs; other threads can observe them changed for
 the duration of a probe (milliseconds, once per ``apply()``).
 """
@@ -132,6 +132,23 @@ def _nondeterministic_allowed() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _float32_matmul_precision_highest() -> Iterator[None]:
+    # "high"/"medium" let float32 matmuls (affine_grid's) run on TF32/bfloat16 internals whose
+    # rounding depends on the matmul's shape: a probe comparing a replacement's float32 result
+    # bitwise with the release's would then find a difference that is not the release's.
+    get_precision = getattr(torch, "get_float32_matmul_precision", None)
+    previous = get_precision() if get_precision is not None else "highest"
+    if previous == "highest":
+        yield
+        return
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+@contextlib.contextmanager
 def _private_random_stream() -> Iterator[None]:
     devices: List[int] = []
     cuda = getattr(torch, "cuda", None)
@@ -143,12 +160,47 @@ def _private_random_stream() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _probe_warnings_ignored() -> Iterator[None]:
+    """One "ignore" entry in front of the process's warning filters, removed by identity after.
+
+    Not ``warnings.catch_warnings()``: it snapshots the filter list and puts the snapshot back,
+    so with another thread's ``catch_warnings`` (pytest.warns, a library's own) interleaving,
+    each restored the other's copy and the caller's filters ended up replaced, with the probe's
+    "ignore" left in. The entry is taken out of the list it went into and out of whatever list
+    is current, and nothing else is touched.
+    """
+    entry = ("ignore", None, Warning, None, 0)
+    filters = warnings.filters
+    filters.insert(0, entry)
+    _filters_mutated()
+    try:
+        yield
+    finally:
+        for holder in (filters, warnings.filters):
+            for position, value in enumerate(holder):
+                if value is entry:
+                    del holder[position]
+                    break
+        _filters_mutated()
+
+
+def _filters_mutated() -> None:
+    # Invalidates the per-module "already warned" registries, as warnings.simplefilter does.
+    mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
+    if mutated is not None:
+        try:
+            mutated()
+        except Exception:  # noqa: BLE001 - a Python whose private hook differs: registries stay
+            pass
+
+
+@contextlib.contextmanager
 def probe_state() -> Iterator[None]:
     """Run the body in the torch state the probes were written for; restore the caller's after.
 
     Grad mode on, inference mode off, autocast off on every device type, no torch-function or
     dispatch modes, no ``jit.trace`` in progress, default dtype float32, default device CPU,
-    deterministic algorithms and anomaly detection off (a probe's non-finite backward is the
+    float32 matmul precision "highest", deterministic algorithms and anomaly detection off (a probe's non-finite backward is the
     bug it looks for, which anomaly mode would raise), the CPU random state (and every
     initialised CUDA device's) forked and seeded, warnings the probe's own code emits ignored
     (under ``python -W error`` a kornia deprecation warning would otherwise abort the probe).
@@ -164,9 +216,9 @@ def probe_state() -> Iterator[None]:
         stack.enter_context(_default_dtype_float32())
         stack.enter_context(_default_device_cpu())
         stack.enter_context(_nondeterministic_allowed())
+        stack.enter_context(_float32_matmul_precision_highest())
         if torch.is_anomaly_enabled():
             stack.enter_context(torch.autograd.set_detect_anomaly(False))
         stack.enter_context(_private_random_stream())
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("ignore")
+        stack.enter_context(_probe_warnings_ignored())
         yield

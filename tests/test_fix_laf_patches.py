@@ -437,26 +437,23 @@ def test_pixel_centre_clamp_with_zeros_padding_equals_border_padding(h, w):
 
 @needs_old_kornia
 @pytest.mark.parametrize("name", FUNCTIONS)
-def test_bad_input_raises_the_release_error_or_a_clearer_one(name):
+def test_bad_input_raises_the_release_error(name):
     good_img, good_laf = image(2, 1, 40, 40, torch.float32), rotated_lafs(2, 3, 40, 40, torch.float32)
     cases = [
-        ("laf shape", good_img, torch.rand(2, 3, 3, 3), 16, None),
-        ("laf rank", good_img, torch.rand(3, 2, 3), 16, None),
-        ("img rank", good_img[0], good_laf, 16, "img must have shape"),
-        ("PS 0", good_img, good_laf, 0, "PS must be a positive"),
-        ("PS -1", good_img, good_laf, -1, "PS must be a positive"),
-        ("img batch < laf batch", good_img[:1], good_laf, 16, "batch size"),
-        ("integer img", good_img.to(torch.uint8), good_laf, 16, None),
+        ("laf shape", good_img, torch.rand(2, 3, 3, 3), 16),
+        ("laf rank", good_img, torch.rand(3, 2, 3), 16),
+        ("img rank", good_img[0], good_laf, 16),
+        ("PS 0", good_img, good_laf, 0),
+        ("PS -1", good_img, good_laf, -1),
+        ("img batch < laf batch", good_img[:1], good_laf, 16),
+        ("integer img", good_img.to(torch.uint8), good_laf, 16),
     ]
-    for label, img, laf, PS, clearer in cases:
+    for label, img, laf, PS in cases:
         with pytest.raises(Exception) as before:
             released(name, img, laf, PS)
         with pytest.raises(Exception) as after:
             extract(name)(img, laf, PS)
-        if clearer is None:
-            assert type(after.value) is type(before.value), label
-        else:
-            assert isinstance(after.value, ValueError) and clearer in str(after.value), (label, after.value)
+        assert type(after.value) is type(before.value), (label, before.value, after.value)
 
 
 @needs_old_kornia
@@ -467,14 +464,23 @@ def test_larger_image_batch_keeps_release_semantics(name):
     assert bitwise_equal(extract(name)(img, laf, 16), released(name, img, laf, 16))
 
 
+@needs_old_kornia
 @pytest.mark.parametrize("name", FUNCTIONS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 @pytest.mark.parametrize("B,N", [(0, 4), (2, 0), (0, 0)])
-def test_empty_batches_return_empty_patches(name, dtype, B, N):
-    img = image(B, 3, 40, 40, dtype).requires_grad_(True)
+def test_empty_batches_behave_as_the_release_does(name, dtype, B, N):
+    # Not the half bug: the release's own outcome on the widened inputs is the contract (simple
+    # raises; the pyramid returns empty patches).
+    img = image(B, 3, 40, 40, dtype)
     laf = rotated_lafs(max(B, 1), max(N, 1), 40, 40, dtype)[:B, :N]
-    patches = extract(name)(img, laf, 16)
-    assert patches.shape == (B, N, 3, 16, 16) and patches.dtype == dtype and patches.device == img.device
+    try:
+        want = released(name, img.float(), laf.float(), 16)
+    except Exception as failure:  # noqa: BLE001 - the release's exception type is the contract
+        with pytest.raises(type(failure)):
+            extract(name)(img, laf, 16)
+        return
+    got = extract(name)(img, laf, 16)
+    assert got.shape == want.shape == (B, N, 3, 16, 16) and got.dtype == dtype
 
 
 # --------------------------------------------------------------------------------------------

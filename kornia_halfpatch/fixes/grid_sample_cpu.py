@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -273,6 +274,36 @@ def build_safe_sample(original: Any) -> Any:
     return sample
 
 
+ALIGN_CORNERS_WARNING = (
+    "Default grid_sample and affine_grid behavior has changed "
+    "to align_corners=False since 1.3.0. Please specify "
+    "align_corners=True if the old behavior is desired. "
+    "See the documentation of grid_sample for details."
+)
+
+
+@torch.jit.ignore
+def _warned_align_corners_default(input: torch.Tensor, grid: torch.Tensor, mode: str, padding_mode: str) -> bool:
+    """torch's grid_sample warns about ``align_corners=None`` with ``stacklevel=2``: at its
+    caller's line. Called through this replacement, its caller is this module, so the warning
+    moved out of kornia's line (and out of filters by module and the once-per-location
+    registry). The replacement warns first, at its own caller's line, as torch does, and passes
+    ``align_corners=False`` on (torch's value after its warning). Only where torch would warn:
+    valid mode and padding (torch raises first otherwise), no ``__torch_function__`` override
+    (torch dispatches first), eager (TorchScript and dynamo keep torch's own behaviour)."""
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    if is_compiling is not None and is_compiling():
+        return False
+    if mode not in ("bilinear", "nearest", "bicubic") or padding_mode not in ("zeros", "border", "reflection"):
+        return False
+    if torch.overrides.has_torch_function_variadic(input, grid):
+        return False
+    # stacklevel 3: this helper, the replacement, then the line that called grid_sample.
+    warnings.warn(ALIGN_CORNERS_WARNING, stacklevel=3)
+    return True
+
+
 def build_grid_sample(original: Any) -> Any:
     global _active
     workaround = choose_workaround()  # the probe, if one is needed, runs here: in apply()
@@ -289,6 +320,9 @@ def build_grid_sample(original: Any) -> Any:
             padding_mode: str = "zeros",
             align_corners: Optional[bool] = None,
         ) -> torch.Tensor:
+            if align_corners is None and not torch.jit.is_scripting():
+                if _warned_align_corners_default(input, grid, mode, padding_mode):
+                    align_corners = False
             if input.device.type != "cpu":
                 return original(input, grid, mode, padding_mode, align_corners)
             if grid.dtype == input.dtype and (input.dtype == torch.float16 or input.dtype == torch.bfloat16):
@@ -305,6 +339,9 @@ def build_grid_sample(original: Any) -> Any:
             padding_mode: str = "zeros",
             align_corners: Optional[bool] = None,
         ) -> torch.Tensor:
+            if align_corners is None and not torch.jit.is_scripting():
+                if _warned_align_corners_default(input, grid, mode, padding_mode):
+                    align_corners = False
             if input.device.type != "cpu":
                 return original(input, grid, mode, padding_mode, align_corners)
             return sample(input, grid, mode, padding_mode, align_corners)

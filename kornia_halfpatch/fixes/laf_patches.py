@@ -34,7 +34,12 @@ What the replacement does, keeping the installed release's arithmetic:
   (<= 0.8.2 builds level l when level l-1 is at least PS; 0.8.3 when level l itself is).
 - MPS (no border padding): zeros padding with the grid clamped to the outermost pixel centres
   ``+-(1 - 1/size)``; clamping to ``+-1`` would blend half a pixel of zeros into the border.
-Integer images go to the original unchanged (it raises, as before).
+Integer images go to the original unchanged (it raises, as before). So do inputs whose outcome
+is the release's and not the half bug's (bad ranks, empty batches, PS < 1, fewer images than LAF
+batches, ``meta`` tensors, a pyramid with PS <= 2), widened as above: where the release raises,
+the same exception type; where it works, its result. Float32 inputs also go to the original while
+the user's float32 matmul precision is not "highest" (eager and jit.trace; see
+``_float32_matmul_rounds_by_shape``).
 """
 
 from __future__ import annotations
@@ -82,27 +87,23 @@ def _lafs_per_chunk(B: int, N: int, ch: int, PS: int, element_size: int, budget:
     return min(N, max(1, budget // per_laf))
 
 
-def _check_inputs(img: torch.Tensor, laf: torch.Tensor, PS: int) -> None:
-    # Runs after the release's KORNIA_CHECK_LAF, so LAF shape errors are the release's own.
-    if img.dim() != 4:
-        raise ValueError("img must have shape (B, CH, H, W), got shape " + str(img.shape))
-    if PS < 1:
-        raise ValueError("PS must be a positive patch size, got " + str(PS))
-    if img.shape[0] < laf.shape[0]:
-        raise ValueError(
-            "img has batch size " + str(img.shape[0]) + " but laf has " + str(laf.shape[0]) + "; they must match"
-        )
+def _release_decides(img: torch.Tensor, laf: torch.Tensor, PS: int, pyramid: bool) -> bool:
+    """Inputs whose outcome is the release's own and has nothing to do with the half bug: bad
+    ranks, empty batches, PS < 1, fewer images than LAF batches (the release raises, each its own
+    exception type: unpacking ValueError, ZeroDivisionError, RuntimeError from cat/expand),
+    ``meta`` tensors (0.8.3's pyramid works on them, 0.8.2's raises on ``.item()``) and a pyramid
+    with PS <= 2 (the release runs pyrdown on levels of <= 2 px, whose reflect padding raises,
+    unless the level sizes happen to skip it). Shape checks only: no data-dependent branch."""
+    if img.dim() != 4 or laf.dim() != 4 or PS < 1 or img.device.type == "meta":
+        return True
+    if laf.shape[0] == 0 or laf.shape[1] == 0 or img.shape[0] < laf.shape[0]:
+        return True
+    return pyramid and PS <= 2
 
 
 def _non_finite_frames(laf: torch.Tensor) -> torch.Tensor:
     """(B, N) mask of frames with a NaN or Inf in any of their six entries."""
     return ~torch.isfinite(laf).all(dim=-1).all(dim=-1)
-
-
-def _empty_patches(img: torch.Tensor, laf: torch.Tensor, B: int, N: int, PS: int) -> torch.Tensor:
-    # Zero-size sums keep the autograd link to both inputs, so a loss on no patches backpropagates.
-    link = img.flatten()[:0].sum().to(img.dtype) + laf.flatten()[:0].sum().to(img.dtype)
-    return torch.zeros(B, N, img.shape[1], PS, PS, dtype=img.dtype, device=img.device) + link
 
 
 def _clamp_to_pixel_centres(grid: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -148,6 +149,22 @@ def _sample_folded(img: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     return sampled.view(B, ch, n, PS, PS).permute(0, 2, 1, 3, 4)
 
 
+@torch.jit.ignore
+def _float32_matmul_rounds_by_shape() -> bool:
+    """True when float32 matmuls may run on TF32/bfloat16 internals (the user's
+    ``torch.set_float32_matmul_precision("high"/"medium")``). ``affine_grid`` is a batched matmul
+    whose reduced-precision kernel is chosen by shape, so the folded call would round the
+    sampling grid differently from the release's per-image calls (up to 0.073 in a patch,
+    measured on 0.8.2): float32 inputs then go to the release itself, which is bitwise itself.
+    Not under torch.compile: dynamo cannot read the setting without a graph break (and
+    inductor rounds float32 its own way anyway)."""
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    if is_compiling is not None and is_compiling():
+        return False
+    return torch.get_float32_matmul_precision() != "highest"
+
+
 def _is_static_graph_mode() -> bool:
     """True under torch.compile/export and jit.trace: no data-dependent shapes allowed there."""
     if torch.jit.is_tracing():
@@ -172,16 +189,21 @@ def build_extract_patches_simple(original: Any) -> Any:
     ) -> torch.Tensor:
         if not img.is_floating_point():
             return original(img, laf, PS, normalize_lafs_before_extraction)
+        if _release_decides(img, laf, PS, False):
+            # The release's outcome on inputs widened as below (a half result narrowed once).
+            dtype = _sampling_dtype(img.dtype, laf.dtype)
+            return original(img.to(dtype), laf.to(dtype), PS, normalize_lafs_before_extraction).to(img.dtype)
+        if not torch.jit.is_scripting():
+            if _sampling_dtype(img.dtype, laf.dtype) == torch.float32 and img.dtype == torch.float32:
+                if _float32_matmul_rounds_by_shape():
+                    return original(img, laf, PS, normalize_lafs_before_extraction)
         check_laf(laf)
-        _check_inputs(img, laf, PS)
         B, N = laf.shape[0], laf.shape[1]
         if img.shape[0] != B:
             img = img[:B]  # the release samples image i for LAF batch i and ignores the rest
         ch, h, w = img.shape[1], img.shape[2], img.shape[3]
         dtype = _sampling_dtype(img.dtype, laf.dtype)
         laf = laf.to(device=img.device, dtype=dtype)
-        if B == 0 or N == 0:
-            return _empty_patches(img, laf, B, N, PS)
         nlaf = normalize_laf(laf, img) if normalize_lafs_before_extraction else laf
         invalid = _non_finite_frames(nlaf)
         nlaf = nlaf.masked_fill(invalid.view(B, N, 1, 1), 0.0)
@@ -290,14 +312,19 @@ def build_extract_patches_from_pyramid(original: Any) -> Any:
     ) -> torch.Tensor:
         if not img.is_floating_point():
             return original(img, laf, PS, normalize_lafs_before_extraction)
+        if _release_decides(img, laf, PS, True):
+            # The release's outcome on inputs widened as below (a half result narrowed once).
+            dtype = _sampling_dtype(img.dtype, laf.dtype)
+            return original(img.to(dtype), laf.to(dtype), PS, normalize_lafs_before_extraction).to(img.dtype)
+        if not torch.jit.is_scripting():
+            if _sampling_dtype(img.dtype, laf.dtype) == torch.float32 and img.dtype == torch.float32:
+                if _float32_matmul_rounds_by_shape():
+                    return original(img, laf, PS, normalize_lafs_before_extraction)
         check_laf(laf)
-        _check_inputs(img, laf, PS)
         B, N = laf.shape[0], laf.shape[1]
         h, w = img.shape[2], img.shape[3]
         dtype = _sampling_dtype(img.dtype, laf.dtype)
         laf = laf.to(device=img.device, dtype=dtype)
-        if B == 0 or N == 0:
-            return _empty_patches(img, laf, B, N, PS)
         nlaf = normalize_laf(laf, img) if normalize_lafs_before_extraction else laf
         invalid = _non_finite_frames(nlaf)
         nlaf = nlaf.masked_fill(invalid.view(B, N, 1, 1), 0.0)

@@ -1,0 +1,183 @@
+"""Issue 14: every replacement pickles as its original does, keeps its identity, survives copies.
+
+The replacements are found through the public API only: every value (and every class member) of
+every loaded kornia module, and of the module objects kornia modules hold (``F`` may be a view),
+for which ``kornia_halfpatch.is_patched`` is true.
+"""
+
+import copy
+import functools
+import importlib
+import inspect
+import multiprocessing
+import pickle
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+import torch
+
+import kornia
+import kornia.feature
+import kornia_halfpatch
+from kornia_halfpatch import get_original, is_patched
+from support import bitwise_equal, grid_module, needs_old_kornia
+
+pytestmark = needs_old_kornia
+
+# What every release in tox.ini gets replaced (0.8.3 adds the Cramer solver).
+EXPECTED = {
+    "create_meshgrid",
+    "create_meshgrid3d",
+    "SOSNet.forward",
+    "HyNet.forward",
+    "HardNet.forward",
+    "HardNet8.forward",
+    "SIFTDescriptor.forward",
+    "DenseSIFTDescriptor.forward",
+    "extract_patches_simple",
+    "extract_patches_from_pyramid",
+    "grid_sample",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shim_applied():
+    with kornia_halfpatch.patched():
+        yield
+
+
+def installed_replacements():
+    """{id: replacement} of everything the shim has installed, found by walking kornia."""
+    found = {}
+
+    def visit(namespace):
+        for value in list(namespace.values()):
+            if is_patched(value):
+                found[id(value)] = value
+            if inspect.isclass(value) and (value.__module__ or "").startswith("kornia"):
+                for member in list(vars(value).values()):
+                    if is_patched(member):
+                        found[id(member)] = member
+
+    for name, module in list(sys.modules.items()):
+        if name == "kornia" or name.startswith("kornia."):
+            namespace = getattr(module, "__dict__", {})
+            visit(namespace)
+            for value in list(namespace.values()):
+                if inspect.ismodule(value) and value is not sys.modules.get(getattr(value, "__name__", "")):
+                    visit(vars(value))  # a module view the shim put in place of torch's module
+    return found
+
+
+def resolve(module_name, qualname):
+    obj = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.fixture(scope="module")
+def replacements():
+    found = installed_replacements()
+    assert found, "apply() installed nothing that is_patched() recognises"
+    return sorted(found.values(), key=lambda f: (get_original(f).__module__, get_original(f).__qualname__))
+
+
+def label(function):
+    original = get_original(function)
+    return f"{original.__module__}.{original.__qualname__}"
+
+
+def test_every_fix_target_is_found(replacements):
+    names = {get_original(f).__qualname__ for f in replacements}
+    missing = {name for name in EXPECTED if name not in names}
+    assert not missing, f"replacements not found by walking kornia: {missing}"
+
+
+def kornia_scoped(replacement):
+    """A replacement of another library's function for kornia's code only (grid_sample): the
+    original's home keeps the original, so pickle finds the replacement through the shim."""
+    return replacement.__module__ == "kornia_halfpatch._scoped"
+
+
+def test_replacements_keep_the_identity_of_their_originals(replacements):
+    problems = []
+    for replacement in replacements:
+        original = get_original(replacement)
+        # A kornia-scoped replacement cannot pickle under its original's name (that name resolves
+        # to the original); it keeps the original's __name__ and is reached by pickle through
+        # kornia_halfpatch._scoped (checked in the pickling tests).
+        same = ("__name__", "__doc__") if kornia_scoped(replacement) else ("__name__", "__qualname__", "__module__", "__doc__")
+        for attribute in same:
+            if getattr(replacement, attribute, None) != getattr(original, attribute, None):
+                problems.append(
+                    f"{label(replacement)}: {attribute} {getattr(replacement, attribute, None)!r:.80} "
+                    f"!= {getattr(original, attribute, None)!r:.80}"
+                )
+        if inspect.signature(replacement) != inspect.signature(original):
+            problems.append(f"{label(replacement)}: signature {inspect.signature(replacement)} != {inspect.signature(original)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_replacements_pickle_by_reference_to_what_is_installed(replacements):
+    problems = []
+    for replacement in replacements:
+        original = get_original(replacement)
+        try:
+            restored = pickle.loads(pickle.dumps(replacement))
+        except Exception as exc:  # noqa: BLE001 - collected, reported together
+            problems.append(f"{label(replacement)}: {type(exc).__name__}: {exc}")
+            continue
+        # Where kornia's code finds it: the original's name, or (kornia-scoped) kornia's modules.
+        installed = replacement if kornia_scoped(replacement) else resolve(original.__module__, original.__qualname__)
+        if restored is not installed:
+            problems.append(f"{label(replacement)}: unpickled {restored!r}, installed there is {installed!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_kornia_scoped_replacements_unpickle_as_the_original_where_the_shim_is_not_applied(replacements):
+    scoped = [r for r in replacements if kornia_scoped(r)]
+    assert scoped, "no kornia-scoped replacement installed (grid_sample_cpu's is one)"
+    for replacement in scoped:
+        original = get_original(replacement)
+        code = (
+            "import pickle, sys, importlib\n"
+            "obj = pickle.loads(sys.stdin.buffer.read())\n"
+            f"home = importlib.import_module({original.__module__!r})\n"
+            f"print(obj is getattr(home, {original.__qualname__!r}), 'kornia_halfpatch._engine' in sys.modules)\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(replacement), capture_output=True, timeout=120)
+        assert done.stdout.split() == [b"True", b"True"], (label(replacement), done.stdout, done.stderr[-2000:])
+
+
+def test_replacements_and_patched_objects_survive_copies(replacements):
+    for replacement in replacements:
+        assert copy.deepcopy(replacement) is replacement
+        assert copy.copy(replacement) is replacement
+    patches = torch.full((2, 1, 32, 32), 0.5, dtype=torch.float16)
+    model = kornia.feature.SOSNet(pretrained=False).eval()
+    clone = copy.deepcopy(model).half()
+    with torch.no_grad():
+        out = clone(patches)
+    assert out.shape == (2, 128) and bool(torch.isfinite(out).all())
+    make = functools.partial(grid_module().create_meshgrid, 2, 300)
+    restored = pickle.loads(pickle.dumps(copy.deepcopy(make)))
+    cpu = torch.device("cpu")
+    assert bitwise_equal(restored(True, cpu, torch.bfloat16), make(True, cpu, torch.bfloat16))
+
+
+def test_a_partial_of_a_patched_function_runs_in_a_spawned_process_pool():
+    # The worker applies the shim first (initializer); unpickling the partial imports kornia,
+    # the deferred hook patches it, and the reference resolves to the worker's replacement.
+    make = grid_module().create_meshgrid
+    assert is_patched(make)
+    task = functools.partial(make, 2, 300)
+    cpu = torch.device("cpu")
+    expected = make(2, 300, True, cpu, torch.bfloat16)
+    unpatched_answer = get_original(make)(2, 300, True, cpu, torch.bfloat16)
+    assert not bitwise_equal(expected, unpatched_answer)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=kornia_halfpatch.apply) as pool:
+        got = pool.submit(task, True, cpu, torch.bfloat16).result(timeout=240)
+    assert bitwise_equal(got, expected)
