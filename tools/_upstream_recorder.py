@@ -8,10 +8,14 @@ crash and restarts the run without it. Environment:
 - ``UPSTREAM_RECORD``: the JSON-lines file to append to (required).
 - ``UPSTREAM_EXCLUDE``: a file of node ids to deselect (already recorded, or crashed).
 - ``UPSTREAM_ONLY``: a file of node ids; every other collected test is deselected.
+- ``UPSTREAM_STACKS`` and ``UPSTREAM_TIMEOUT``: a test still running 2 s before the timeout gets
+  its Python stack written there by ``faulthandler`` (a C watchdog thread: it works while the
+  test holds the GIL in a kernel that never returns), so a hang is reported with its frames.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -62,8 +66,25 @@ def pytest_collection_finish(session):
     })
 
 
+_STACKS = None
+
+
 def pytest_runtest_logstart(nodeid, location):
+    global _STACKS
     _write({"event": "start", "id": nodeid, "t": round(time.time(), 1)})
+    if os.environ.get("UPSTREAM_STACKS") and os.environ.get("UPSTREAM_TIMEOUT"):
+        if _STACKS is None:
+            _STACKS = open(os.environ["UPSTREAM_STACKS"], "w")
+        _STACKS.seek(0)
+        _STACKS.truncate()
+        _STACKS.write(f"{nodeid}\n")
+        _STACKS.flush()
+        faulthandler.dump_traceback_later(max(1.0, float(os.environ["UPSTREAM_TIMEOUT"]) - 2.0), file=_STACKS)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if _STACKS is not None:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _longrepr_facts(report) -> dict:

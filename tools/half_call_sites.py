@@ -62,6 +62,7 @@ TARGETS.update(f"torch.nn.{n}" for n in MODULES)
 TARGETS.update(f"torch.special.{n}" for n in SPECIAL)
 TARGETS.update(f"torch.distributions.{n}" for n in DISTRIBUTIONS)
 TARGETS.update(f"torch.distributions.{n.lower()}.{n}" for n in DISTRIBUTIONS)
+TARGETS.update({"torch.complex", "torch.polar"})  # no complex bfloat16 dtype; ComplexHalf lacks reciprocal/polar kernels
 FFT_PREFIX = "torch.fft."
 FFT_OK = {"torch.fft.fftshift", "torch.fft.ifftshift", "torch.fft.fftfreq", "torch.fft.rfftfreq"}
 TORCH_MODULES = {"torch", "torch.linalg", "torch.fft", "torch.nn", "torch.nn.functional", "torch.special",
@@ -85,11 +86,24 @@ def canonical(name: str) -> str:
     return name
 
 
+def kornia_reexports(root: Path) -> dict:
+    """kornia.core re-exports torch functions (``complex = torch.complex`` in core/_backend.py)."""
+    backend = root / "core" / "_backend.py"
+    names = {}
+    if backend.exists():
+        for node in ast.parse(backend.read_text()).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and ast.unparse(node.value).startswith("torch.")):
+                names[node.targets[0].id] = ast.unparse(node.value)
+    return names
+
+
 class Aliases:
     """Local name -> dotted torch path, from a module's imports (module level and inside functions)."""
 
-    def __init__(self, tree: ast.AST):
+    def __init__(self, tree: ast.AST, reexports: dict | None = None):
         self.names = {}
+        reexports = reexports or {}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -101,6 +115,10 @@ class Aliases:
             elif isinstance(node, ast.ImportFrom) and node.module and (node.module == "torch" or node.module.startswith("torch.")):
                 for alias in node.names:
                     self.names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.ImportFrom) and node.module in ("kornia.core", "kornia.core._backend"):
+                for alias in node.names:
+                    if alias.name in reexports:
+                        self.names[alias.asname or alias.name] = reexports[alias.name]
 
     def resolve(self, node: ast.AST):
         parts = []
@@ -145,6 +163,8 @@ def _condition_holds(op: str, call: ast.Call) -> str | None:
         if value is not None and isinstance(_const(value), int) and _const(value) >= 0:
             return None
         return "n=" + (ast.unparse(value) if value is not None else "?")
+    if op in ("torch.complex", "torch.polar"):
+        return "bfloat16: no complex bfloat16 dtype; float16 gives ComplexHalf (no reciprocal/division kernel on CPU)"
     if op == "torch.cdist":
         value = keywords.get("p", call.args[2] if len(call.args) > 2 else None)
         mode = keywords.get("compute_mode")
@@ -271,10 +291,11 @@ def package_dir(source: str) -> Path:
 
 def scan(root: Path) -> dict:
     sites, calls, functions, helper_defs = [], {}, {}, []
+    reexports = kornia_reexports(root)
     for path in sorted(root.rglob("*.py")):
         module = ".".join(("kornia",) + path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
         tree = ast.parse(path.read_text(), filename=str(path))
-        scanner = Scanner(module, Aliases(tree))
+        scanner = Scanner(module, Aliases(tree, reexports))
         scanner.visit(tree)
         sites += scanner.sites
         for qualname, names in scanner.calls.items():
@@ -316,14 +337,49 @@ def public_callers(result: dict, target: str, depth: int = 4) -> list:
     return sorted(public)
 
 
-def render(results: dict, out: Path | None) -> str:
+NO_KERNEL_TEXT = ("not implemented for '", "Low precision dtypes not supported", "doesn't handle types other than float",
+                  "Unsupported dtype", "Expected both inputs to be Half, Float or Double", "MKL FFT doesn't support",
+                  "input tensor must be either float or double", "expected a tensor with 2 or more dimensions of float")
+
+
+def observed_failures(paths: list) -> collections.Counter:
+    """(kornia-relative path, line) -> how many half failures without a kernel end there.
+
+    Reads the JSON lines of tools/upstream_tests.py (kornia's own tests) and of
+    tools/half_public_apis.py (public API cases).
+    """
+    seen = collections.Counter()
+    for path in paths:
+        for line in open(path):
+            entry = json.loads(line)
+            message = entry.get("message") or entry.get("error") or ""
+            if not any(text in message for text in NO_KERNEL_TEXT):
+                continue
+            if entry.get("event") == "report" and entry.get("outcome") == "failed":
+                frames = [f for f in entry.get("kornia_frames", []) if not f.startswith("core/check.py")]
+                if frames:
+                    file, _, number = frames[-1].rpartition(":")
+                    seen[(file, int(number))] += 1
+            elif entry.get("event") == "case" and entry.get("frame"):
+                file, _, rest = entry["frame"].partition(":")
+                seen[(file, int(rest.split(" ")[0]))] += 1
+    return seen
+
+
+def _module_path(module: str) -> str:
+    return module.removeprefix("kornia.").replace(".", "/") + ".py"
+
+
+def render(results: dict, out: Path | None, observed: dict | None = None) -> str:
+    observed = observed or {}
     labels = list(results)
     lines = ["# Call sites of torch ops without a half CPU kernel", "",
              "Generated by `tools/half_call_sites.py` (an `ast` scan of each release's source; nothing imported). "
              "Ops: those that raise for float16 and bfloat16 on CPU in torch 2.13 "
              "([half_kernels.md](half_kernels.md)); conditional ops only where the call's arguments can hit the missing kernel. "
              "`treatment`: `helper` = inside one of kornia's widening helpers; `cast-arg` = an argument is widened in the call; "
-             "`guarded` = the enclosing function tests or casts dtypes somewhere (read the site: it may still pass half); "
+             "`guarded` = the enclosing function mentions float32/float64 or casts somewhere (a heuristic: the site may still "
+             "receive half, see `seen failing`); "
              "`direct` = a half input reaches the op.", ""]
     lines += ["## Counts per release", "", "| release | sites | direct | guarded | cast-arg | helper | modules with a site |",
               "|---|---|---|---|---|---|---|"]
@@ -342,20 +398,40 @@ def render(results: dict, out: Path | None) -> str:
             risky = sum(s["treatment"] in ("direct", "guarded") for s in sites)
             cells.append(f"{len(sites)} ({risky})" if sites else "")
         lines.append(f"| `{op}` | " + " | ".join(cells) + " |")
+    if observed:
+        lines += ["", "## Sites seen failing in half", "",
+                  "How many float16/bfloat16 failures without a kernel (kornia's own tests at the tag, with the shim's plugin, "
+                  "plus the public API cases of [no_half_kernel.md](no_half_kernel.md)) end at each site, per release; "
+                  "failures whose innermost kornia frame is not a scanned site are listed below the table.", "",
+                  "| release | sites | sites seen failing | failures at a site | failures elsewhere |", "|---|---|---|---|---|"]
+        for label in labels:
+            if label not in observed:
+                continue
+            sites = results[label]["sites"]
+            at_site = {(_module_path(s["module"]), s["line"]) for s in sites}
+            hits = sum(n for key, n in observed[label].items() if key in at_site)
+            elsewhere = {key: n for key, n in observed[label].items() if key not in at_site}
+            lines.append(f"| {label} | {len(sites)} | {sum(1 for key in at_site if observed[label][key])} | {hits} | "
+                         f"{sum(elsewhere.values())} ({', '.join(f'`{k[0]}:{k[1]}` {n}' for k, n in sorted(elsewhere.items()))}) |")
     lines += ["", "## Every site", "",
-              "One row per (module, function, op, source text); `releases` lists the releases holding it, with the line in each.", "",
-              "| module | function | op | treatment | releases: line | condition / casts | call |", "|---|---|---|---|---|---|---|"]
+              "One row per (module, function, op, source text); `releases` lists the releases holding it, with the line in each"
+              + ("; `seen failing`: failures observed at that line per release (see above)" if observed else "") + ".", "",
+              "| module | function | op | treatment | releases: line | seen failing | condition / casts | call |", "|---|---|---|---|---|---|---|---|"]
     merged = collections.OrderedDict()
     for label in labels:
         for s in results[label]["sites"]:
             key = (s["module"], s["function"], s["op"], s["text"])
             entry = merged.setdefault(key, {"site": s, "where": [], "treatments": set()})
             entry["where"].append(f"{label}: {s['line']}")
+            count = observed.get(label, {}).get((_module_path(s["module"]), s["line"]), 0)
+            if count:
+                entry.setdefault("seen", []).append(f"{label}: {count}")
             entry["treatments"].add(s["treatment"])
     for (module, function, op, text), entry in sorted(merged.items(), key=lambda kv: kv[0][:3]):
         s = entry["site"]
         note = "; ".join(filter(None, [s["condition"], ", ".join(f"`{c}`" for c in s["casts"])]))
         lines.append(f"| `{module}` | `{function}` | `{op}` | {'/'.join(sorted(entry['treatments']))} | {', '.join(entry['where'])} | "
+                     f"{', '.join(entry.get('seen', []))} | "
                      f"{note.replace('|', '/')} | `{text.replace('|', '/')}` |")
     lines += ["", "## kornia's widening helpers and their callers", ""]
     for label in labels:
@@ -375,12 +451,19 @@ def main() -> int:
     parser.add_argument("sources", nargs="+", help="SRC or SRC=LABEL")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--observed", action="append", default=[],
+                        help="LABEL=FILE.jsonl (repeatable): failures recorded by upstream_tests.py / half_public_apis.py")
     args = parser.parse_args()
     results = {}
     for item in args.sources:
         source, _, label = item.partition("=")
         results[label or source] = scan(package_dir(source))
-    text = render(results, args.markdown)
+    files = collections.defaultdict(list)
+    for item in args.observed:
+        label, _, path = item.partition("=")
+        files[label].append(path)
+    observed = {label: observed_failures(paths) for label, paths in files.items()}
+    text = render(results, args.markdown, observed)
     if not args.markdown:
         print(text)
     if args.json:

@@ -135,6 +135,11 @@ OPS = {
     "torch.igamma": lambda d: torch.igamma(_vec(d), _vec(d)),
     "torch.atan2": lambda d: torch.atan2(_vec(d), _vec(d)),
     "torch.sinc": lambda d: torch.sinc(_vec(d)),
+    # complex (kornia's So2/Se2 hold rotations as complex numbers)
+    "torch.complex": lambda d: torch.complex(_vec(d), _vec(d)),
+    "1 / complex (reciprocal)": lambda d: 1 / torch.complex(_vec(torch.float32), _vec(torch.float32)).to(
+        {torch.float32: torch.complex64, torch.float16: torch.complex32, torch.bfloat16: torch.complex32}[d]),
+    "torch.polar": lambda d: torch.polar(_vec(d), _vec(d)),
     # fft
     "torch.fft.fft": lambda d: torch.fft.fft(torch.ones(8, dtype=d)),
     "torch.fft.ifft": lambda d: torch.fft.ifft(torch.ones(8, dtype=d)),

@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-NO_KERNEL = re.compile(r"not implemented for '(Half|BFloat16)'|Low precision dtypes not supported|Unsupported dtype (Half|BFloat16)|"
+NO_KERNEL = re.compile(r"not implemented for '(Complex)?(Half|BFloat16)'|Expected both inputs to be Half, Float or Double|Low precision dtypes not supported|Unsupported dtype (Half|BFloat16)|"
                        r"doesn't handle types other than float and double|expected a tensor with 2 or more dimensions of float|"
                        r"input tensor must be either float or double|MKL FFT doesn't support")
 
@@ -472,7 +472,10 @@ def worker(out_path: str, start: int, shim: bool) -> None:
                         result = fn(kornia, torch, dtype)
                     entry.update(status="ok", out_dtypes=_dtypes_of(result), finite=_finite(result))
                 except Exception as error:  # noqa: BLE001 - the error is the measurement
-                    message = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:300]
+                    text = str(error).strip()
+                    # TorchScript wraps the real error: keep the line that names the missing kernel
+                    line = next((l.strip() for l in text.splitlines() if NO_KERNEL.search(l)), text.splitlines()[0] if text else "")
+                    message = f"{type(error).__name__}: {line}"[:300]
                     entry.update(status="no-kernel" if NO_KERNEL.search(str(error)) else "error", error=message,
                                  frame=_kornia_frame(error.__traceback__))
                 write(entry)
@@ -536,8 +539,60 @@ def _site_for(frame: str, sites: dict, release: str):
     return ""
 
 
+# case-name prefix -> proposal (W = promote the kornia function wholesale: widen inputs, call the
+# release's function, narrow each output to the dtype 0.9.0 returns; O = promote the torch op for
+# kornia's calls only, through the engine's kornia-scoped module views). Judged from the source of
+# each release and the measured 0.9.0 dtypes.
 PROPOSALS = {
-    # case prefix -> (proposal, reason)
+    "guided_blur": "W `kornia.filters.guided:guided_blur` (GuidedBlur.forward calls the module global). "
+                   "O on `torch.linalg.solve` would leave the box-filtered variances (cancellation) in half.",
+    "GuidedBlur": "covered by W `guided_blur`",
+    "fft_conv": "W `kornia.filters.filter:fft_conv` (0.8.3); rfftn/irfftn have no half kernel at all",
+    "zca_mean": "W `zca_mean` with outputs kept in float32 (0.9.0 returns float32 T, mean for half input)",
+    "zca_whiten": "W `zca_whiten` (half output, as 0.9.0)",
+    "ZCAWhitening": "W `ZCAWhitening.fit` (statistics in float32) and `forward`; half output as 0.9.0",
+    "ellipse_to_laf": "W `kornia.feature.laf:ellipse_to_laf` (half output, as 0.9.0); LAFAffineShapeEstimator reaches it "
+                      "through the module global",
+    "LAFAffineShapeEstimator": "covered by W `ellipse_to_laf`",
+    "match_": "O: replace the private `kornia.feature.matching:_cdist` (every matcher calls it) by a widening one; "
+              "distances narrowed to the descriptors' dtype (0.9.0). Changes half results above 25 descriptors too "
+              "(float32 cdist instead of torch's half matmul path): more accurate, document it",
+    "DescriptorMatcher": "covered by `_cdist`",
+    "conv_soft_argmax3d": "W `conv_soft_argmax3d` (3 `F.avg_pool3d` calls and a softmax-like normalisation whose "
+                          "sum is better in float32); O on `F.avg_pool3d` for kornia's calls would also work",
+    "ConvSoftArgmax3d": "covered by W `conv_soft_argmax3d` (forward calls the module global)",
+    "ScaleSpaceDetector": "covered by `conv_soft_argmax3d`; output dtypes (float32 responses, half LAFs in 0.9.0) are issue 10's",
+    "warp_perspective3d": "W (issue 11 promotes every warp wholesale: coordinates in float32); the `linalg.inv` in "
+                          "`_transform_warp_impl3d` then runs in float32",
+    "Homography()": "W the method `Homography.forward_inverse` (inverse of the half parameter in float32, narrowed)",
+    "Similarity()": "W the method `Similarity.forward_inverse`",
+    "find_homography_dlt": "0.7.0 only: W `find_homography_dlt` (its `transform2.inverse()`); find_homography_dlt_iterated "
+                           "and RANSAC reach it through module globals",
+    "RANSAC": "covered by W `find_homography_dlt` (0.7.0)",
+    "find_fundamental": "W `find_fundamental` and `run_7point` (0.7.x-0.8.2: `linalg.det`; 0.8.3: also `run_8point`'s "
+                        "TorchScript-compiled eigh helper, which only a wholesale wrapper outside the script can fix)",
+    "find_essential": "W `find_essential` (float32 5-point solver narrowed); beyond 0.9.0, whose half result is "
+                      "non-finite on this input",
+    "fundamental_from_essential": "0.7.0 only: W (K.inverse())",
+    "fundamental_from_projections": "W for every release: 0.7.0 has no kernel, 0.7.4-0.8.3 give non-finite float16 "
+                                    "(9 determinants of 4x4 products overflow); 0.9.0 finite",
+    "decompose_essential_matrix": "W (beyond 0.9.0, which fails the same way); half outputs",
+    "motion_from_essential": "W, or covered by W `decompose_essential_matrix` through the module global (beyond 0.9.0)",
+    "KRt_from_projection": "W (linalg.qr, inverse/solve); beyond 0.9.0, which fails the same way",
+    "PinholeCamera": "W the method `PinholeCamera.intrinsics_inverse` (unproject calls it)",
+    "average_quaternions": "W `average_quaternions` (0.8.2; eigh)",
+    "So2.exp": "float16: W `So2.inverse` (1/z of a ComplexHalf in complex64, narrowed); bfloat16: no complex "
+               "bfloat16 dtype exists, 0.9.0 refuses it with a clear TypeError: leave it, say so",
+    "Se2.exp": "covered by `So2.inverse` (float16); bfloat16 as So2",
+    "matrix_cofactor_tensor": "W (0.7.4+; torch.det and linalg.inv)",
+    "solve_pnp_dlt": "not a kernel failure: a dtype check refuses half in every release and in 0.9.0 (issue 10's "
+                     "dtype-refused class); W would make it work beyond 0.9.0",
+    "RandomMixUpV2": "not a kernel failure (Beta parameters are drawn in float32): float16 'Index put' dtype mismatch, "
+                     "bfloat16 refused: issue 10",
+    "RandomCutMixV2": "not a kernel failure: bfloat16 refused (issue 10)",
+    "RandomMosaic": "not a kernel failure: bfloat16 refused (issue 10)",
+    "RandomPerspective": "not a kernel failure: bfloat16 refused (issue 10)",
+    "Z1Projection": "W the method `Z1Projection.project` (0.7.0-0.8.2; diag(z).inverse())",
 }
 
 
@@ -581,6 +636,19 @@ def render(runs: list, oracle: str | None, sites_path: str | None, markdown: Pat
             o = oracle_cases.get(name, {})
             row.append(cell(o.get(dtype) or o.get("all")))
             lines.append(f"| {name} | {dtype} | " + " | ".join(row) + " |")
+    lines += ["", "## Proposals per failing case", "",
+              "W = promote the kornia function wholesale (widen inputs, call the release's function, narrow each output "
+              "to kornia 0.9.0's dtype for the call); O = promote the torch op for kornia's calls only.", "",
+              "| case | releases failing (half, with the shim) | 0.9.0 | proposal |", "|---|---|---|---|"]
+    for name in names:
+        failing_in = [label for label, _, cases in loaded
+                      if any(e["status"] not in ("ok", "absent") for d, e in cases.get(name, {}).items() if d != "float32")]
+        if not failing_in:
+            continue
+        o = oracle_cases.get(name, {})
+        oracle_text = "; ".join(f"{d}: {cell(o.get(d))}" for d in ("float16", "bfloat16") if o.get(d))
+        proposal = next((text for prefix, text in PROPOSALS.items() if name.startswith(prefix)), "")
+        lines.append(f"| {name} | {', '.join(failing_in)} | {oracle_text} | {proposal} |")
     lines += ["", "## Failing calls per release (half dtypes, with the shim)", ""]
     for label, _, _ in loaded:
         entries = failing.get(label, [])

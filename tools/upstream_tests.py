@@ -25,9 +25,9 @@ Four commands (the first is the original one, kept):
         classifies every failure by its first error line (see ``classify``) and writes counts
         per class x directory x dtype, the messages per class, and a TSV of failing ids.
 
-    python tools/upstream_tests.py compare A.jsonl B.jsonl
-        per test: outcome and failure message of run A versus run B (for float32 with and
-        without the shim: they must be identical).
+    python tools/upstream_tests.py compare A.jsonl[,A2.jsonl...] B.jsonl[,B2.jsonl...]
+        per test: outcome and first failure line of run A versus run B (for float32 with and
+        without the shim: they must be identical); exit 1 if any differ.
 """
 
 from __future__ import annotations
@@ -109,6 +109,9 @@ def record(checkout: Path, tests: list, out: Path, dtype: str, shim: bool = True
     with tempfile.TemporaryDirectory() as tmp:
         exclude = Path(tmp) / "exclude.txt"
         env["UPSTREAM_EXCLUDE"] = str(exclude)
+        stacks = Path(tmp) / "stacks.txt"
+        env["UPSTREAM_STACKS"] = str(stacks)
+        env["UPSTREAM_TIMEOUT"] = f"{timeout:g}"
         for attempt in range(max_restarts):
             entries = _read(out)
             exclude.write_text("\n".join(sorted(_finished(entries))) + "\n")
@@ -151,8 +154,17 @@ def record(checkout: Path, tests: list, out: Path, dtype: str, shim: bool = True
                     kind = f"killed by signal {signal.Signals(-returncode).name}"
                 else:
                     kind = f"process exited with code {returncode}"
+                hang_frames = []
+                if stacks.exists() and stacks.read_text().startswith(victim + "\n"):
+                    # faulthandler lists the innermost frame first
+                    for line in stacks.read_text().splitlines():
+                        match = re.search(r'File "([^"]*/kornia/[^"]*)", line (\d+)', line)
+                        if match and "kornia_halfpatch" not in match.group(1):
+                            hang_frames.append(f"{match.group(1).split('/kornia/', 1)[1]}:{match.group(2)}")
+                    if hang_frames:
+                        kind += f"; stack at {timeout - 2:g} s ends in " + " <- ".join(hang_frames[:3])
                 with open(out, "a") as handle:
-                    handle.write(json.dumps({"event": "crash", "id": victim, "message": kind,
+                    handle.write(json.dumps({"event": "crash", "id": victim, "message": kind, "kornia_frames": hang_frames[::-1],
                                              "stderr_tail": tail[-1500:]}) + "\n")
                 if not quiet:
                     print(f"  crash: {victim}: {kind}; resuming", file=sys.stderr, flush=True)
@@ -190,7 +202,7 @@ _REFUSED = re.compile(r"Expected input of \[|Expected '.*' to be of type|^KORNIA
                       r"dtype (must|should) be|not a floating point|Input dtype must|dtype .* not supported|"
                       r"only supports? (float32|float64|floating)|Expected .*dtype in|is not a valid dtype|"
                       r"Input type is not a torch.float|type must be torch.float", re.I)
-_MISMATCH = re.compile(r"expected scalar type|expected (both|all) .*same dtype|must have the same dtype|"
+_MISMATCH = re.compile(r"expected scalar type|Index put requires the source and destination dtypes match|expected (both|all) .*same dtype|must have the same dtype|"
                        r"found dtype|dtype mismatch|attribute 'dtype' do not match|"
                        r"Input type \(.*\) and (weight|bias) type|result type .* can't be cast|"
                        r"expected m1 and m2 to have the same dtype|Expected .* to have the same dtype|"
@@ -215,6 +227,8 @@ def classify(message: str) -> str:
         return "test-limitation"
     if _REFUSED.search(message):
         return "dtype-refused"
+    if "index -9223372036854775808" in message:
+        return "non-finite"  # a NaN cast to int64 (INT64_MIN) used as a gather index
     if _MISMATCH.search(message):
         return "dtype-mismatch"
     if _TOLERANCE.search(message):
@@ -284,7 +298,8 @@ def summarize(entries: list) -> dict:
             continue
         test = tests.setdefault(entry["id"], {"outcome": "passed", "message": "", "where": [], "when": None})
         if entry["event"] == "crash":
-            test.update(outcome="crashed", message="[crash] " + entry["message"], when="call")
+            test.update(outcome="crashed", message="[crash] " + entry["message"], when="call",
+                        where=entry.get("kornia_frames", []))
         elif entry["event"] == "collect_error":
             test.update(outcome="failed", message=entry.get("message", ""), where=entry.get("kornia_frames", []),
                         when="collect")
@@ -395,8 +410,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def compare(path_a: Path, path_b: Path) -> int:
-    a, b = summarize(_read(path_a)), summarize(_read(path_b))
+def compare(path_a, path_b) -> int:
+    """Each side: one JSON-lines file or several joined by commas (one run split by directory)."""
+    def load(spec):
+        return summarize([e for part in str(spec).split(",") if part for e in _read(Path(part))])
+    a, b = load(path_a), load(path_b)
+    path_a, path_b = Path(str(path_a).split(",")[0]), Path(str(path_b).split(",")[0])
     names = sorted(set(a) | set(b))
     differ = []
     for name in names:
@@ -407,8 +426,8 @@ def compare(path_a: Path, path_b: Path) -> int:
             differ.append((name, key_a, key_b))
     counts_a = collections.Counter(t["outcome"] for t in a.values())
     counts_b = collections.Counter(t["outcome"] for t in b.values())
-    print(f"{path_a.name}: {dict(sorted(counts_a.items()))}")
-    print(f"{path_b.name}: {dict(sorted(counts_b.items()))}")
+    print(f"A ({path_a.name}...): {dict(sorted(counts_a.items()))}")
+    print(f"B ({path_b.name}...): {dict(sorted(counts_b.items()))}")
     print(f"{len(names)} tests, {len(differ)} differ in outcome or failure message")
     for name, key_a, key_b in differ:
         print(f"  {name}\n    A: {key_a}\n    B: {key_b}")
@@ -483,8 +502,8 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
         write_report(args.runs, args.release, args.markdown, args.tsv, args.note)
         return 0
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
+    parser.add_argument("a", help="RUN.jsonl or RUN1.jsonl,RUN2.jsonl,...")
+    parser.add_argument("b", help="RUN.jsonl or RUN1.jsonl,RUN2.jsonl,...")
     args = parser.parse_args(argv)
     return compare(args.a, args.b)
 
