@@ -608,6 +608,27 @@ def render(runs: list, oracle: str | None, sites_path: str | None, markdown: Pat
              "Every case works in float32 (else it is marked). Cells: `ok` (output dtypes; `non-finite` if any output value is NaN/Inf), "
              "`NO KERNEL` (torch has no half CPU kernel), `error` (another exception), `hang`, `absent` (not in that release). "
              "The last column is kornia 0.9.0's result for the same call (black box, no shim).", ""]
+    # distinct cases per release whose float16 or bfloat16 call fails, by class
+    lines += ["## Cases failing in half, per release", "",
+              "Distinct cases (of " + str(len(names)) + ") whose float16 or bfloat16 call fails; a case counts once per class.", "",
+              "| class | " + " | ".join(label for label, _, _ in loaded) + " | 0.9.0 |", "|---|" + "---|" * (len(loaded) + 1)]
+    def per_class(cases):
+        found = collections.defaultdict(set)
+        for name, entries in cases.items():
+            for dtype in ("float16", "bfloat16"):
+                e = entries.get(dtype)
+                if e is None:
+                    continue
+                if e["status"] == "ok" and not e.get("finite", True):
+                    found["ok but non-finite"].add(name)
+                elif e["status"] not in ("ok", "absent"):
+                    found[{"no-kernel": "no half kernel", "error": "other error"}.get(e["status"], e["status"])].add(name)
+        return found
+    tables = [per_class(cases) for _, _, cases in loaded] + [per_class(oracle_cases)]
+    for cls in ("no half kernel", "other error", "hang", "crash", "ok but non-finite"):
+        if any(t.get(cls) for t in tables):
+            lines.append(f"| {cls} | " + " | ".join(str(len(t.get(cls, ()))) for t in tables) + " |")
+    lines += ["", "## Every case", ""]
     header = "| case | dtype | " + " | ".join(label for label, _, _ in loaded) + " | 0.9.0 |"
     lines += [header, "|---|---|" + "---|" * (len(loaded) + 1)]
     failing = collections.defaultdict(list)

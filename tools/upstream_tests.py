@@ -8,7 +8,7 @@ and ``--import-mode=append`` (the checkout's own ``kornia/`` would otherwise sha
 one), and the shim is put on ``PYTHONPATH`` through a directory that holds only
 ``kornia_halfpatch`` (this repository's ``conftest.py`` must not collide with kornia's).
 
-Four commands (the first is the original one, kept):
+Five commands (the first is the original one, kept):
 
     python tools/upstream_tests.py CHECKOUT TEST... [--dtype float32,float16,bfloat16]
         per dtype, passed/failed counts unpatched and patched, and the tests whose outcome
@@ -25,9 +25,14 @@ Four commands (the first is the original one, kept):
         classifies every failure by its first error line (see ``classify``) and writes counts
         per class x directory x dtype, the messages per class, and a TSV of failing ids.
 
+    python tools/upstream_tests.py summary 0.8.2=RUNS/0.8.2 0.8.3=RUNS/0.8.3 ...
+        one table: failures per class for each release and half dtype (half-*.jsonl of each
+        directory), with the number of tests run.
+
     python tools/upstream_tests.py compare A.jsonl[,A2.jsonl...] B.jsonl[,B2.jsonl...]
-        per test: outcome and first failure line of run A versus run B (for float32 with and
-        without the shim: they must be identical); exit 1 if any differ.
+        per test: outcome and failure message (with assert_close's greatest differences) of run
+        A versus run B (for float32 with and without the shim: they must be identical); exit 1
+        if any differ.
 """
 
 from __future__ import annotations
@@ -420,8 +425,9 @@ def compare(path_a, path_b) -> int:
     differ = []
     for name in names:
         ta, tb = a.get(name), b.get(name)
-        key_a = (ta["outcome"], first_line(ta["message"])) if ta else None
-        key_b = (tb["outcome"], first_line(tb["message"])) if tb else None
+        # the whole message (assert_close prints the greatest differences), addresses collapsed
+        key_a = (ta["outcome"], re.sub(r"0x[0-9a-f]+", "0x…", ta["message"])) if ta else None
+        key_b = (tb["outcome"], re.sub(r"0x[0-9a-f]+", "0x…", tb["message"])) if tb else None
         if key_a != key_b:
             differ.append((name, key_a, key_b))
     counts_a = collections.Counter(t["outcome"] for t in a.values())
@@ -430,7 +436,7 @@ def compare(path_a, path_b) -> int:
     print(f"B ({path_b.name}...): {dict(sorted(counts_b.items()))}")
     print(f"{len(names)} tests, {len(differ)} differ in outcome or failure message")
     for name, key_a, key_b in differ:
-        print(f"  {name}\n    A: {key_a}\n    B: {key_b}")
+        print(f"  {name}\n    A: {str(key_a)[:300]}\n    B: {str(key_b)[:300]}")
     return 1 if differ else 0
 
 
@@ -471,7 +477,7 @@ def legacy_main(argv) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("record", "report", "compare"):
+    if not argv or argv[0] not in ("record", "report", "compare", "summary"):
         return legacy_main(argv)
     command, argv = argv[0], argv[1:]
     parser = argparse.ArgumentParser(prog=f"upstream_tests.py {command}")
@@ -492,6 +498,23 @@ def main(argv=None) -> int:
         tests = summarize(entries)
         counts = collections.Counter(t["outcome"] for t in tests.values())
         print(f"{args.out}: {dict(sorted(counts.items()))} in {time.monotonic() - started:.0f} s")
+        return 0
+    if command == "summary":
+        # python tools/upstream_tests.py summary 0.8.2=/runs/0.8.2 0.8.3=/runs/0.8.3 ...  (half-*.jsonl in each)
+        parser.add_argument("releases", nargs="+", help="LABEL=DIRECTORY holding half-*.jsonl")
+        args = parser.parse_args(argv)
+        columns, counts = [], {}
+        for item in args.releases:
+            label, _, directory = item.partition("=")
+            tests = summarize([e for path in sorted(Path(directory).glob("half-*.jsonl")) for e in _read(path)])
+            for dtype in ("float16", "bfloat16"):
+                columns.append((label, dtype))
+                counts[(label, dtype)] = collections.Counter(t["class"] for t in tests.values() if t["dtype"] == dtype and t["class"])
+                counts[(label, dtype)]["(tests run)"] = sum(1 for t in tests.values() if t["dtype"] == dtype)
+        print("| class | " + " | ".join(f"{l} {d}" for l, d in columns) + " |")
+        print("|---|" + "---|" * len(columns))
+        for cls in ("(tests run)",) + CLASSES:
+            print(f"| {cls} | " + " | ".join(str(counts[c][cls]) for c in columns) + " |")
         return 0
     if command == "report":
         parser.add_argument("runs", nargs="+", type=Path)
