@@ -29,7 +29,7 @@ OUT=$DOCS/float32_with_and_without_plugin.md
   echo "# float32: kornia's own tests with and without the shim's plugin"
   echo
   echo "Same selection as the half runs (\`tools/run_upstream_survey.sh RELEASE f32-shim|f32-noshim [DIR...]\`), \`--dtype float32\`;"
-  echo "\`tools/upstream_tests.py compare\` compares, per test id, the outcome and the whole failure message (assert_close prints the greatest differences; object addresses are collapsed)."
+  echo "A = with the plugin (f32-shim), B = without (f32-noshim, \`-p no:kornia_halfpatch\`). \`tools/upstream_tests.py compare\` compares, per test id, the outcome and the whole failure message (assert_close prints the greatest differences; object addresses are collapsed)."
   for r in 0.7.4 0.8.2 0.8.3; do
     DIRS=""
     for f in "$RUNS/$r"/f32-shim-*.jsonl.done; do
