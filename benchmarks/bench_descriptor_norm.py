@@ -20,13 +20,10 @@ import argparse
 import copy
 import json
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Dict, List
 
-ROOT = Path(__file__).resolve().parents[1]
+from _harness import ROOT, Worker, serve, timed
 GOLDEN_DIR = ROOT / "tests" / "golden"
 BATCH = 256
 DTYPES = ("float16", "bfloat16", "float32")
@@ -53,55 +50,15 @@ def worker(threads: int) -> None:
     models = {name: copy.deepcopy(base).to(getattr(torch, name)) for name in DTYPES}
     inputs = {name: patches.to(getattr(torch, name)) for name in DTYPES}
 
-    def time_forward(dtype: str, patched: bool, reps: int) -> List[float]:
-        model, x = models[dtype], inputs[dtype]
-        times = []
+    def time_forward(request: Dict) -> Dict:
+        model, x = models[request["dtype"]], inputs[request["dtype"]]
         with torch.no_grad():
-            if patched:
-                model(x)  # warm-up
-                for _ in range(reps):
-                    start = time.perf_counter()
-                    model(x)
-                    times.append(time.perf_counter() - start)
-            else:
-                with kornia_halfpatch.unpatched(["descriptor_norm"]):
-                    model(x)
-                    for _ in range(reps):
-                        start = time.perf_counter()
-                        model(x)
-                        times.append(time.perf_counter() - start)
-        return times
+            if request["patched"]:
+                return {"times": timed(lambda: model(x), request["reps"])}
+            with kornia_halfpatch.unpatched(["descriptor_norm"]):
+                return {"times": timed(lambda: model(x), request["reps"])}
 
-    print(json.dumps({"ready": True, "kornia": kornia.__version__, "torch": torch.__version__,
-                      "threads": torch.get_num_threads()}), flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        times = time_forward(request["dtype"], request["patched"], request["reps"])
-        print(json.dumps({"times": times}), flush=True)
-
-
-class Worker:
-    def __init__(self, python: str, threads: int) -> None:
-        command = [python, str(Path(__file__).resolve()), "--worker", "--threads", str(threads)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        self.info = self._read()
-
-    def _read(self) -> Dict:
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError("benchmark worker exited")
-            if line.startswith("{"):
-                return json.loads(line)
-
-    def time(self, dtype: str, patched: bool, reps: int) -> List[float]:
-        self.process.stdin.write(json.dumps({"dtype": dtype, "patched": patched, "reps": reps}) + "\n")
-        self.process.stdin.flush()
-        return self._read()["times"]
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
+    serve({"kornia": kornia.__version__, "torch": torch.__version__, "threads": torch.get_num_threads()}, time_forward)
 
 
 # --------------------------------------------------------------------------------------------
@@ -121,8 +78,8 @@ def main() -> int:
         worker(args.threads)
         return 0
 
-    local = Worker(sys.executable, args.threads)
-    oracle = Worker(args.oracle_python, args.threads) if args.oracle_python else None
+    local = Worker(__file__, sys.executable, args.threads)
+    oracle = Worker(__file__, args.oracle_python, args.threads) if args.oracle_python else None
     variants = [("patched", "float32", True), ("unpatched", "float32", False)]
     for dtype in ("float16", "bfloat16"):
         variants.append(("patched", dtype, True))
@@ -135,7 +92,7 @@ def main() -> int:
             order = variants if round_index % 2 == 0 else variants[::-1]
             for who, dtype, patched in order:
                 source = oracle if who == "kornia 0.9.0" else local
-                samples[f"{who} {dtype}"] += source.time(dtype, patched, args.reps)
+                samples[f"{who} {dtype}"] += source.request(dtype=dtype, patched=patched, reps=args.reps)["times"]
     finally:
         local.close()
         if oracle is not None:

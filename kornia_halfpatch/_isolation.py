@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Iterator, List
+from typing import Any, Callable, ContextManager, Iterator, List
 
 import torch
 
@@ -91,16 +91,21 @@ def _without_jit_tracing() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _default_dtype_float32() -> Iterator[None]:
-    previous = torch.get_default_dtype()
-    if previous == torch.float32:
+def _global_setting(read: Callable[[], Any], write: Callable[[Any], Any], wanted: Any) -> Iterator[None]:
+    """One of torch's global settings at `wanted` for the probe, the caller's value after."""
+    previous = read()
+    if previous == wanted:
         yield
         return
-    torch.set_default_dtype(torch.float32)
+    write(wanted)
     try:
         yield
     finally:
-        torch.set_default_dtype(previous)
+        write(previous)
+
+
+def _default_dtype_float32() -> ContextManager[None]:
+    return _global_setting(torch.get_default_dtype, torch.set_default_dtype, torch.float32)
 
 
 @contextlib.contextmanager
@@ -137,15 +142,11 @@ def _float32_matmul_precision_highest() -> Iterator[None]:
     # rounding depends on the matmul's shape: a probe comparing a replacement's float32 result
     # bitwise with the release's would then find a difference that is not the release's.
     get_precision = getattr(torch, "get_float32_matmul_precision", None)
-    previous = get_precision() if get_precision is not None else "highest"
-    if previous == "highest":
+    if get_precision is None:
         yield
         return
-    torch.set_float32_matmul_precision("highest")
-    try:
+    with _global_setting(get_precision, torch.set_float32_matmul_precision, "highest"):
         yield
-    finally:
-        torch.set_float32_matmul_precision(previous)
 
 
 @contextlib.contextmanager

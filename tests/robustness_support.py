@@ -56,62 +56,44 @@ def _torch():
     return torch
 
 
-@contextlib.contextmanager
-def _grad_disabled():
-    # The top of an inference script: a global setter, not a context manager.
-    torch = _torch()
-    torch.set_grad_enabled(False)
-    try:
-        yield
-    finally:
-        torch.set_grad_enabled(True)
+def _global_setting(setter: str, value: Any, restore: Any) -> Callable[[], Any]:
+    """A state entered by one of torch's global setters (the top of a script), restored after.
 
+    `setter` is a dotted name under torch, resolved in the child (torch is imported lazily)."""
 
-def _default_dtype(name: str):
     @contextlib.contextmanager
     def state():
         torch = _torch()
-        torch.set_default_dtype(getattr(torch, name))
+        target: Any = torch
+        for part in setter.split("."):
+            target = getattr(target, part)
+        target(value(torch) if callable(value) else value)
         try:
             yield
         finally:
-            torch.set_default_dtype(torch.float32)
+            target(restore(torch) if callable(restore) else restore)
 
     return state
 
 
-def _default_device(name: str):
-    @contextlib.contextmanager
-    def state():
-        # Settable without a GPU: torch only fails when a tensor is created on "cuda".
-        torch = _torch()
-        torch.set_default_device(name)
-        try:
-            yield
-        finally:
-            torch.set_default_device(None)
-
-    return state
+# The top of an inference script: a global setter, not a context manager.
+_grad_disabled = _global_setting("set_grad_enabled", False, True)
+_deterministic = _global_setting("use_deterministic_algorithms", True, False)
+_anomaly = _global_setting("autograd.set_detect_anomaly", True, False)
+# Subnormal float32 values read as zero: a probe built on tiny values could be fooled.
+_flush_denormal = _global_setting("set_flush_denormal", True, False)
+# On a CPU with bfloat16 units, float32 matmuls may run in bfloat16: a bitwise probe that
+# compares two float32 computations could be fooled.
+_matmul_medium = _global_setting("set_float32_matmul_precision", "medium", "highest")
 
 
-@contextlib.contextmanager
-def _deterministic():
-    torch = _torch()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(False)
+def _default_device(name: str) -> Callable[[], Any]:
+    # Settable without a GPU: torch only fails when a tensor is created on "cuda".
+    return _global_setting("set_default_device", name, None)
 
 
-@contextlib.contextmanager
-def _anomaly():
-    torch = _torch()
-    torch.autograd.set_detect_anomaly(True)
-    try:
-        yield
-    finally:
-        torch.autograd.set_detect_anomaly(False)
+def _default_dtype(name: str) -> Callable[[], Any]:
+    return _global_setting("set_default_dtype", lambda torch: getattr(torch, name), lambda torch: torch.float32)
 
 
 @contextlib.contextmanager
@@ -123,29 +105,6 @@ def _one_thread():
         yield
     finally:
         torch.set_num_threads(before)
-
-
-@contextlib.contextmanager
-def _flush_denormal():
-    # Subnormal float32 values read as zero: a probe built on tiny values could be fooled.
-    torch = _torch()
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(False)
-
-
-@contextlib.contextmanager
-def _matmul_medium():
-    # On a CPU with bfloat16 units, float32 matmuls may run in bfloat16: a bitwise probe that
-    # compares two float32 computations could be fooled.
-    torch = _torch()
-    torch.set_float32_matmul_precision("medium")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision("highest")
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Half-precision local descriptors (SPEC F2): SOSNet, HyNet, HardNet, HardNet8, SIFT, DenseSIFT.
+"""Half-precision local descriptors: SOSNet, HyNet, HardNet, HardNet8, SIFT, DenseSIFT.
 
 Oracles: kornia 0.9.0's descriptors on the same seeded weights where 0.9.0 computes the same way,
 computed on this machine in the same run (``oracle.py``: the networks' convolutions round

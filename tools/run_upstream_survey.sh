@@ -9,7 +9,9 @@
 # is resumed, a finished one skipped (delete it to rerun).
 set -eu
 RELEASE=$1; MODE=$2; shift 2
-UPSTREAM=${UPSTREAM:-/work/upstream}; TOX=${TOX:-/work/main/.tox}; RUNS=${RUNS:-/work/surface_runs}
+# Defaults: checkouts and runs beside the clone (never inside it), the tox environments in it.
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+UPSTREAM=${UPSTREAM:-$HERE/../upstream}; TOX=${TOX:-$HERE/.tox}; RUNS=${RUNS:-$HERE/../surface_runs}
 PY=$TOX/kornia$(echo "$RELEASE" | tr -d .)/bin/python
 TOOL=$(cd "$(dirname "$0")" && pwd)/upstream_tests.py
 DIRS=${*:-"color filters enhance morphology metrics losses feature geometry augmentation"}

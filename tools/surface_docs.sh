@@ -1,8 +1,9 @@
 #!/bin/sh
 # Regenerate docs/surface/ from the recorded runs (see docs/surface/README.md for the runs).
-#   RUNS=/work/surface_runs TOX=/work/main/.tox tools/surface_docs.sh
+#   RUNS=../surface_runs TOX=.tox tools/surface_docs.sh
 set -eu
-RUNS=${RUNS:-/work/surface_runs}; TOX=${TOX:-/work/main/.tox}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+RUNS=${RUNS:-$HERE/../surface_runs}; TOX=${TOX:-$HERE/.tox}
 ROOT=$(cd "$(dirname "$0")/.." && pwd); DOCS=$ROOT/docs/surface; TOOLS=$ROOT/tools
 SITE=lib/python3.11/site-packages/kornia
 cd "$ROOT"

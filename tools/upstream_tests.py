@@ -1,7 +1,7 @@
 """Run kornia's own tests (from a checkout of the installed release's tag) with and without the shim.
 
 The checkout is not part of this project (export it yourself, e.g.
-``git --git-dir=<kornia mirror> archive v0.8.2 | tar -x -C /work/upstream/v0.8.2``; never commit
+``git --git-dir=<kornia mirror> archive v0.8.2 | tar -x -C ../upstream/v0.8.2`` (beside the clone); never commit
 it). Run this script with the python of the environment whose installed kornia matches the tag.
 The tests import the INSTALLED kornia and this worktree's shim: pytest runs with ``python -P``
 and ``--import-mode=append`` (the checkout's own ``kornia/`` would otherwise shadow the installed
@@ -55,6 +55,14 @@ WATCHDOG_SLACK = 120.0  # seconds beyond the per-test timeout before the run is 
 
 # ----------------------------------------------------------------------------------------------
 # running
+
+
+def _from_environment(path: str) -> str:
+    """A path inside a virtual environment, from the environment's folder on (no machine paths)."""
+    parts = Path(path).parts
+    if "lib" in parts:
+        return str(Path(*parts[parts.index("lib") - 1:]))
+    return Path(path).name
 
 
 def shim_path() -> Path:
@@ -356,7 +364,7 @@ def write_report(paths: list, release: str, markdown: Path, tsv: Path, title_not
     kornia_files = sorted({s["kornia_file"] for s in sessions})
     lines += ["Runs: " + ", ".join(f"`{Path(p).name}`" for p in paths), "",
               "Header line of every run: " + "; ".join(f"`{h}`" for h in headers), "",
-              "kornia imported from: " + ", ".join(f"`{f}`" for f in kornia_files), ""]
+              "kornia imported from: " + ", ".join(f"`{_from_environment(f)}`" for f in kornia_files), ""]
     after = {n: t["after_call"] for n, t in tests.items() if t.get("after_call")}
     if after:
         lines += ["The pytest process died or hung after these tests had reported their outcome (not counted as their "

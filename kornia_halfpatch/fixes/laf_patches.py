@@ -174,6 +174,31 @@ def _is_static_graph_mode() -> bool:
     return bool(is_compiling()) if is_compiling is not None else False
 
 
+def _release_path(original: Any) -> Any:
+    """The calls the installed release answers itself; returns None when the fix samples.
+
+    A closure over `original` rather than a parameter: TorchScript cannot take a function value
+    as an argument, but it compiles closures that call closures (closed-over bools it refuses,
+    hence `pyramid` as an argument)."""
+
+    def release_path(
+        img: torch.Tensor, laf: torch.Tensor, PS: int, normalize_lafs_before_extraction: bool, pyramid: bool
+    ) -> Optional[torch.Tensor]:
+        if not img.is_floating_point():
+            return original(img, laf, PS, normalize_lafs_before_extraction)
+        if _release_decides(img, laf, PS, pyramid):
+            # The release's outcome on inputs widened as below (a half result narrowed once).
+            dtype = _sampling_dtype(img.dtype, laf.dtype)
+            return original(img.to(dtype), laf.to(dtype), PS, normalize_lafs_before_extraction).to(img.dtype)
+        if not torch.jit.is_scripting():
+            if _sampling_dtype(img.dtype, laf.dtype) == torch.float32 and img.dtype == torch.float32:
+                if _float32_matmul_rounds_by_shape():
+                    return original(img, laf, PS, normalize_lafs_before_extraction)
+        return None
+
+    return release_path
+
+
 # --------------------------------------------------------------------------------------------
 # extract_patches_simple
 
@@ -183,20 +208,14 @@ def build_extract_patches_simple(original: Any) -> Any:
     check_laf = helpers["KORNIA_CHECK_LAF"]
     normalize_laf = helpers["normalize_laf"]
     denormalize_laf = helpers["denormalize_laf"]
+    release_path = _release_path(original)
 
     def extract_patches_simple(
         img: torch.Tensor, laf: torch.Tensor, PS: int = 32, normalize_lafs_before_extraction: bool = True
     ) -> torch.Tensor:
-        if not img.is_floating_point():
-            return original(img, laf, PS, normalize_lafs_before_extraction)
-        if _release_decides(img, laf, PS, False):
-            # The release's outcome on inputs widened as below (a half result narrowed once).
-            dtype = _sampling_dtype(img.dtype, laf.dtype)
-            return original(img.to(dtype), laf.to(dtype), PS, normalize_lafs_before_extraction).to(img.dtype)
-        if not torch.jit.is_scripting():
-            if _sampling_dtype(img.dtype, laf.dtype) == torch.float32 and img.dtype == torch.float32:
-                if _float32_matmul_rounds_by_shape():
-                    return original(img, laf, PS, normalize_lafs_before_extraction)
+        answered = release_path(img, laf, PS, normalize_lafs_before_extraction, False)
+        if answered is not None:
+            return answered
         check_laf(laf)
         B, N = laf.shape[0], laf.shape[1]
         if img.shape[0] != B:
@@ -306,20 +325,14 @@ def build_extract_patches_from_pyramid(original: Any) -> Any:
     rule = _pyramid_level_rule(original)
     if rule is None:
         raise RuntimeError("extract_patches_from_pyramid chooses pyramid levels in an unknown way")
+    release_path = _release_path(original)
 
     def extract_patches_from_pyramid(
         img: torch.Tensor, laf: torch.Tensor, PS: int = 32, normalize_lafs_before_extraction: bool = True
     ) -> torch.Tensor:
-        if not img.is_floating_point():
-            return original(img, laf, PS, normalize_lafs_before_extraction)
-        if _release_decides(img, laf, PS, True):
-            # The release's outcome on inputs widened as below (a half result narrowed once).
-            dtype = _sampling_dtype(img.dtype, laf.dtype)
-            return original(img.to(dtype), laf.to(dtype), PS, normalize_lafs_before_extraction).to(img.dtype)
-        if not torch.jit.is_scripting():
-            if _sampling_dtype(img.dtype, laf.dtype) == torch.float32 and img.dtype == torch.float32:
-                if _float32_matmul_rounds_by_shape():
-                    return original(img, laf, PS, normalize_lafs_before_extraction)
+        answered = release_path(img, laf, PS, normalize_lafs_before_extraction, True)
+        if answered is not None:
+            return answered
         check_laf(laf)
         B, N = laf.shape[0], laf.shape[1]
         h, w = img.shape[2], img.shape[3]
