@@ -100,9 +100,11 @@ def _widen(value: Any) -> Any:
 def _narrow(value: Any, reference: Any, dtype: torch.dtype) -> Any:
     """Each float32 output narrowed once to the half dtype of the input it came from (the trigger's
     dtype where no input corresponds); outputs of float32 or integer inputs left as computed."""
-    if isinstance(reference, torch.Tensor) or _is_geometry(reference):
+    if (isinstance(reference, torch.Tensor) and reference.is_floating_point()) or _is_geometry(reference):
         target = reference.dtype if reference.dtype in HALF_DTYPES else None
     else:
+        # No input, or an integer one (class labels that a mix turns into float mixing weights,
+        # masks): a floating output of it takes the trigger's dtype, integers stay integers.
         target = dtype
     if isinstance(value, torch.Tensor):
         if target is not None and value.dtype == torch.float32:
@@ -234,6 +236,10 @@ TARGETS = (
            "the mix augmentations override forward (several data keys): as every augmentation's forward"),
     _entry("kornia.augmentation._2d.mix.transplantation:RandomTransplantation.forward",
            "RandomTransplantation overrides forward: as every augmentation's forward"),
+    _entry("kornia.augmentation.auto.base:PolicyAugmentBase.forward",
+           "AutoAugment/RandAugment/TrivialAugment (0.7.4+): the policies run on the widened float32 image, "
+           "their matrices composed in float32 (a half child matrix met a float32 product: 'expected scalar "
+           "type Float but found Half'), narrowed once"),
     _entry("kornia.augmentation.container.base:ImageSequentialBase.forward",
            "ImageSequential: the children run on the widened float32 image (each draws as for float32), "
            "the composed output narrowed once"),
