@@ -348,3 +348,36 @@ def test_revert_restores_the_release_entry_points():
         assert base._BasicAugmentationBase.__dict__["forward"] is not original
     with testing.isolated(only=()):
         assert base._BasicAugmentationBase.__dict__["forward"] is original
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_mix_and_policy_augmentations(dtype):
+    """Mix augmentations override forward (class labels become float mixing weights: the input's
+    half dtype, as 0.9.0); AutoAugment (0.7.4+) composes its policies' matrices in float32."""
+    K = _K()
+    image = smooth_image(batch=4).to(dtype)
+    labels = torch.tensor([0, 1, 2, 1])
+
+    def mix():
+        return K.RandomMixUpV2(p=1.0, data_keys=["input", "class"])
+
+    makers = [(mix, (image, labels))]
+    try:
+        from kornia.augmentation.auto import AutoAugment
+
+        makers.append((lambda: AutoAugment(), (image,)))
+    except ImportError:  # 0.7.0 has no kornia.augmentation.auto policies
+        pass
+    with testing.isolated():
+        for make, args in makers:
+            module = make()
+            out, _ = _seeded(lambda: module(*args))
+            reference_module = make()
+            with kornia_halfpatch.unpatched(FIX):
+                widened = [a.float() if a.is_floating_point() else a for a in args]
+                reference, _ = _seeded(lambda: reference_module(*widened))
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            references = reference if isinstance(reference, (list, tuple)) else [reference]
+            for got, expected in zip(outs, references):
+                assert got.dtype == (dtype if expected.is_floating_point() else expected.dtype)
+                assert bitwise_equal(got, expected.to(got.dtype)), type(module).__name__
