@@ -381,3 +381,17 @@ def test_mix_and_policy_augmentations(dtype):
             for got, expected in zip(outs, references):
                 assert got.dtype == (dtype if expected.is_floating_point() else expected.dtype)
                 assert bitwise_equal(got, expected.to(got.dtype)), type(module).__name__
+
+
+def test_torch_compile_runs_the_promoted_entry_point():
+    """The release's augmentations do not compile with fullgraph=True (dynamo: 'hasattr call',
+    float32 unpatched too); with graph breaks the compiled half call equals the eager one."""
+    K = _K()
+    image = smooth_image().to(torch.float16)
+    with testing.isolated():
+        module = K.ColorJiggle(0.1, 0.1, 0.1, 0.1, p=1.0)
+        compiled = torch.compile(module, backend="eager")
+        out, _ = _seeded(lambda: compiled(image))
+        eager, _ = _seeded(lambda: module(image))
+    assert out.dtype == torch.float16
+    assert bitwise_equal(out, eager)
