@@ -179,6 +179,9 @@ def main() -> int:
     variants = []
     for name in names:
         variants += [(name, "patched", "float32"), (name, "unpatched", "float32")]
+        if oracle is not None:
+            # The releases' own float32 speeds differ: the baseline for the half ratios.
+            variants.append((name, "kornia 0.9.0", "float32"))
         for dtype in ("float16", "bfloat16"):
             variants.append((name, "patched", dtype))
             if oracle is not None:
@@ -212,6 +215,8 @@ def main() -> int:
         row: Dict[str, Any] = {"case": name}
         row["float32 patched/unpatched"] = median[(name, "patched", "float32")] / median[(name, "unpatched", "float32")]
         row["float32 ms"] = median[(name, "unpatched", "float32")] * 1e3
+        if (name, "kornia 0.9.0", "float32") in median:
+            row["float32 unpatched/0.9.0"] = median[(name, "unpatched", "float32")] / median[(name, "kornia 0.9.0", "float32")]
         for dtype in ("float16", "bfloat16"):
             key = (name, "kornia 0.9.0", dtype)
             if (name, "patched", dtype) in median:
@@ -230,10 +235,12 @@ def main() -> int:
         return 0
     print(f"{result['benchmark']}; installed kornia {local.info['kornia']}, torch {local.info['torch']}, "
           f"{local.info['threads']} threads; {result['samples_per_variant']} calls per variant")
-    print(f"  {'case':<58} {'f32 p/u':>8} {'f16 p/0.9':>10} {'bf16 p/0.9':>10} {'f32 ms':>8} {'f16 ms':>8} {'bf16 ms':>8}")
+    print(f"  {'case':<58} {'f32 p/u':>8} {'f32 u/0.9':>9} {'f16 p/0.9':>10} {'bf16 p/0.9':>10} {'f32 ms':>8} "
+          f"{'f16 ms':>8} {'bf16 ms':>8}")
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else (v or "-")  # noqa: E731
     for r in rows:
-        print(f"  {r['case']:<58} {r['float32 patched/unpatched']:8.3f} {fmt(r.get('float16 patched/0.9.0')):>10} "
+        print(f"  {r['case']:<58} {r['float32 patched/unpatched']:8.3f} {fmt(r.get('float32 unpatched/0.9.0')):>9} "
+              f"{fmt(r.get('float16 patched/0.9.0')):>10} "
               f"{fmt(r.get('bfloat16 patched/0.9.0')):>10} {r['float32 ms']:8.1f} "
               f"{fmt(r.get('float16 patched ms')):>8} {fmt(r.get('bfloat16 patched ms')):>8}")
     for dtype, values in memory.items():
