@@ -35,6 +35,7 @@ release's); integer inputs are not promoted and get kornia's own error.
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -210,7 +211,10 @@ def build_entry_point(original: Any) -> Any:
         return _promoted_call(original, self, args, kwargs, dtype)
 
     # Not like(): the original's defaults (params=None) would land on ``self`` of (self, *args).
+    # The signature shown is the original's (help(), inspect; the entry points are not scriptable
+    # in any release, so TorchScript never reads this wrapper's own parameter list).
     entry_point.__doc__ = original.__doc__
+    entry_point.__signature__ = inspect.signature(original)
     return entry_point
 
 
