@@ -36,6 +36,7 @@ release's); integer inputs are not promoted and get kornia's own error.
 from __future__ import annotations
 
 import inspect
+import linecache
 import weakref
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -182,39 +183,79 @@ def _narrow_matrices(module: torch.nn.Module, dtype: torch.dtype, before: Dict[i
             ]
 
 
-def _promoted_call(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], dtype: torch.dtype) -> Any:
+def _promoted_call(
+    original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype
+) -> Any:
     before = _put_back_float32_matrices(module)
-    wide_args = _widen(args)
-    wide_kwargs = _widen(kwargs)
-    output = original(module, *wide_args, **wide_kwargs)
+    output = original(module, *_widen(args), **_widen(kwargs))
     _narrow_matrices(module, dtype, before)
-    reference = _output_reference(args, output)
-    if reference is None and "input" in kwargs and not args:
-        reference = kwargs["input"]
-    return _narrow(output, reference, dtype)
+    return _narrow(output, _output_reference(data, output), dtype)
 
 
-def _trigger(args: tuple, kwargs: Dict[str, Any]) -> Optional[torch.dtype]:
-    dtype = _first_floating_dtype(args)
-    if dtype is None:
-        dtype = _first_floating_dtype(kwargs.get("input"))
-    return dtype if dtype in HALF_DTYPES else None
+def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple) -> Any:
+    """``data``: the data arguments (the image first; AugmentationSequential's ``*args``), whose
+    first floating tensor decides; ``args``/``kwargs``: the call as the original receives it."""
+    dtype = _first_floating_dtype(data)
+    if dtype not in HALF_DTYPES:
+        return original(module, *args, **kwargs)
+    return _promoted_call(original, module, args, kwargs, data, dtype)
 
 
 def build_entry_point(original: Any) -> Any:
-    """``forward``/``inverse`` of an augmentation or container, promoted for half inputs."""
+    """``forward``/``inverse`` of an augmentation or container, promoted for half inputs.
 
-    def entry_point(self, *args, **kwargs):
-        dtype = _trigger(args, kwargs)
-        if dtype is None:
-            return original(self, *args, **kwargs)
-        return _promoted_call(original, self, args, kwargs, dtype)
-
-    # Not like(): the original's defaults (params=None) would land on ``self`` of (self, *args).
-    # The signature shown is the original's (help(), inspect; the entry points are not scriptable
-    # in any release, so TorchScript never reads this wrapper's own parameter list).
+    Written out with the original's own parameter list (defaults taken from the function object,
+    as ``_codegen`` does), so the replacement has the original's ``__defaults__`` and signature."""
+    parameters = list(inspect.signature(original).parameters.values())
+    if not parameters or parameters[0].name != "self":
+        raise TypeError(f"{original.__qualname__}: expected a method taking self first")
+    namespace: Dict[str, Any] = {"_halfpatch_original": original, "_halfpatch_dispatch": _dispatch}
+    pieces, positional, keywords = ["self"], [], []
+    variadic = variadic_keywords = None
+    marked_keyword_only = False
+    for parameter in parameters[1:]:
+        name = parameter.name
+        default = f" = _halfpatch_default_{name}" if parameter.default is not parameter.empty else ""
+        if parameter.default is not parameter.empty:
+            namespace[f"_halfpatch_default_{name}"] = parameter.default
+        if parameter.kind == parameter.POSITIONAL_OR_KEYWORD:
+            pieces.append(name + default)
+            positional.append(name)
+        elif parameter.kind == parameter.VAR_POSITIONAL:
+            pieces.append(f"*{name}")
+            variadic, marked_keyword_only = name, True
+        elif parameter.kind == parameter.KEYWORD_ONLY:
+            if not marked_keyword_only:
+                pieces.append("*")
+                marked_keyword_only = True
+            pieces.append(name + default)
+            keywords.append(name)
+        elif parameter.kind == parameter.VAR_KEYWORD:
+            pieces.append(f"**{name}")
+            variadic_keywords = name
+        else:
+            raise TypeError(f"{original.__qualname__}: positional-only parameter {name}")
+    args = "(" + "".join(f"{name}, " for name in positional) + ")"
+    if variadic is not None:
+        args += f" + tuple({variadic})"
+    kwargs = "{" + ", ".join(f"{name!r}: {name}" for name in keywords) + "}"
+    if variadic_keywords is not None:
+        kwargs = f"dict({kwargs}, **{variadic_keywords})"
+    # The data: AugmentationSequential's *args, else the first parameter (the image).
+    data = variadic if variadic is not None else f"({positional[0]},)" if positional else "()"
+    name = original.__name__
+    source = (
+        f"def {name}({', '.join(pieces)}):\n"
+        f"    return _halfpatch_dispatch(_halfpatch_original, self, {args}, {kwargs}, {data})\n"
+    )
+    filename = f"<kornia_halfpatch generated augmentation entry point {original.__qualname__}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    entry_point = namespace[name]
+    entry_point.__defaults__ = original.__defaults__
+    entry_point.__kwdefaults__ = original.__kwdefaults__
     entry_point.__doc__ = original.__doc__
-    entry_point.__signature__ = inspect.signature(original)
+    entry_point.__signature__ = inspect.signature(original)  # with the original's annotations
     return entry_point
 
 
