@@ -18,6 +18,7 @@ FIX_NAMES = (
     "grid_sample_cpu",
     "half_kernels",
     "half_dtypes",
+    "augmentation",
     "fp16_conv_hang",
 )
 
