@@ -522,9 +522,9 @@ def homography_warp_call(dtype: torch.dtype) -> Tuple[object, ...]:
 
 def warp_grid_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     """(float32 normalised meshgrid, as HomographyWarper holds it; homography in ``dtype``)."""
-    import kornia
+    from kornia.utils import create_meshgrid
 
-    grid = kornia.utils.create_meshgrid(12, 10, normalized_coordinates=True)
+    grid = create_meshgrid(12, 10, normalized_coordinates=True)
     return grid, homography_warp_call(torch.float32)[1].to(dtype)
 
 
@@ -547,9 +547,9 @@ def homography_warp3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
 
 
 def warp_grid3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    import kornia
+    from kornia.utils import create_meshgrid3d
 
-    grid = kornia.utils.create_meshgrid3d(4, 6, 5, normalized_coordinates=True)
+    grid = create_meshgrid3d(4, 6, 5, normalized_coordinates=True)
     return grid, homography_warp3d_call(torch.float32)[1].to(dtype)
 
 

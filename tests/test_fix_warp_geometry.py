@@ -91,34 +91,25 @@ def test_patched_error_is_the_ideal_and_unpatched_is_worse(name, size, kind, dty
 # Every row: the public calls of the table, against the oracle, in both half dtypes
 
 
-def _row_cases():
-    import kornia
-    from kornia_halfpatch import _model
-
-    return [(target.label, _model.load(target.example)) for target in WARP_FIX.targets if target.example]
-
-
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 def test_every_row_example_is_the_float32_result_narrowed(dtype):
-    import kornia
+    from kornia_halfpatch import _model
+
+    import warp_call_sites
 
     checked = 0
-    for label, factory in _row_cases():
-        args = factory(dtype)
-        wide = tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype == dtype else a for a in args)
-        path = next(t for t in WARP_FIX.targets if t.label == label).candidates[0]
-        from kornia_halfpatch import _model
-
-        module, _, attribute = path.partition(":")
-        try:
-            function = _model.load(path)
-        except AttributeError:
+    for target in WARP_FIX.targets:
+        function = warp_call_sites.resolve(target.candidates[0])
+        if function is None:
             continue  # absent in this release (optional row)
+        args = _model.load(target.example)(dtype)
+        wide = tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype == dtype else a for a in args)
+        assert kornia_halfpatch.is_patched(function), target.label
         with kornia_halfpatch.unpatched([FIX]):
-            expected = function(*wide).to(dtype)
+            expected = kornia_halfpatch.get_original(function)(*wide).to(dtype)
         out = function(*args)
-        assert out.dtype == dtype, label
-        assert bitwise_equal(out, expected), label
+        assert out.dtype == dtype, target.label
+        assert bitwise_equal(out, expected), target.label
         checked += 1
     assert checked >= 25
 
