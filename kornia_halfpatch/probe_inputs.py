@@ -573,6 +573,41 @@ def shear_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     return _in(dtype, _warp_image(72, 1, 2, 12, 10), torch.tensor([[0.125, -0.25]]))
 
 
+def affine_module_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    """(Affine with angle/translation/scale in ``dtype``, as the release requires, image)."""
+    from kornia.geometry.transform import Affine
+
+    module = Affine(angle=torch.tensor([22.5]).to(dtype), translation=torch.tensor([[1.5, -0.75]]).to(dtype),
+                    scale_factor=torch.tensor([[1.125, 0.875]]).to(dtype))
+    return module, _warp_image(73, 1, 2, 12, 10).to(dtype)
+
+
+def rotation_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(centre, angle, scale): a quarter turn and 17.5 degrees."""
+    return _in(dtype, torch.tensor([[4.5, 5.5], [4.5, 5.5]]), torch.tensor([90.0, 17.5]), torch.ones(2, 2))
+
+
+def affine_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(translations, centre, scale, angle, sx, sy)."""
+    return _in(dtype, torch.tensor([[1.5, -0.75]]), torch.tensor([[4.5, 5.5]]), torch.tensor([[1.125, 0.875]]),
+               torch.tensor([37.5]), torch.tensor([0.125]), torch.tensor([-0.0625]))
+
+
+def affine_matrix3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(translations, centre, scale, angles)."""
+    return _in(dtype, torch.tensor([[1.5, -0.75, 0.5]]), torch.tensor([[4.5, 5.5, 2.0]]),
+               torch.tensor([[1.125, 0.875, 1.0]]), torch.tensor([[90.0, 17.5, -30.0]]))
+
+
+def projective_transform_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(centre, angles, scales): a quarter turn about z, as kornia's own tests."""
+    return _in(dtype, torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[0.0, 0.0, 90.0]]), torch.ones(1, 3))
+
+
+def affine_inverse_call(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    return _in(dtype, _affine_2x3() * torch.tensor([1.0, 1.0, 8.0]))
+
+
 def affine3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     return _in(dtype, _warp_image(74, 1, 1, 4, 6, 5), _affine_3x4())
 
@@ -639,7 +674,8 @@ def center_crop3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
 def elastic_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """(image, noise in [-1, 1], kernel size, sigma, alpha)."""
     g = torch.Generator().manual_seed(83)
-    return _in(dtype, _rand(g, 1, 2, 12, 10), _rand(g, 1, 2, 12, 10) * 2 - 1) + ((5, 5), (2.0, 2.0), (1.5, 1.5))
+    noise = (_rand(g, 1, 2, 12, 10) * 2 - 1).bfloat16().float()
+    return _in(dtype, _rand(g, 1, 2, 12, 10), noise) + ((5, 5), (2.0, 2.0), (1.5, 1.5))
 
 
 def homography_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:

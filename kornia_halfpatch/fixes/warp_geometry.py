@@ -26,10 +26,12 @@ module's global, which the engine rebinds: the function row covers them, and ``A
 warp too. ``CenterCrop2D`` solves its crop transform in the input's dtype first,
 ``HomographyWarper`` samples a precomputed grid, ``DepthWarper`` projects depth itself: their
 ``forward`` is a row (none of them scripts in any release, so a method row loses nothing).
-``Affine.forward`` is not a row: it requires its parameters in the input's dtype (kornia raises
-otherwise), so a half call holds half parameters and builds its matrix from them in half; the
-wrapper could widen only the input, and the release's own dtype check would then refuse the
-call. Its warp (``affine``) is promoted; the matrix stays as the release builds it.
+``Affine.forward`` requires its parameters in the input's dtype (kornia raises otherwise), so a
+half call holds half parameters: its hand-written replacement widens them on a shallow copy of
+the module (the instance, maybe shared, keeps its own) and runs the release's forward in float32.
+The matrix builders (``get_rotation_matrix2d``, ``get_affine_matrix2d``/``3d``,
+``get_projective_transform``, ``invert_affine_transform``) are rows too: a warp handed a matrix
+built in half gets a transform off by the half trigonometry (cos 90 degrees = 4.8e-4 in bfloat16).
 
 Left where they are (one target, one fix): ``warp_image_tps`` (half_dtypes promotes it
 wholesale already) and ``_transform_warp_impl3d`` (half_kernels, CPU; the ``warp_perspective3d``
@@ -81,6 +83,20 @@ ROWS = (
     _row(f"{IMGWARP}:homography_warp3d", f"{GRID}, in three dimensions", "homography_warp3d_call"),
     _row(f"{IMGWARP}:warp_grid3d", "the 3-D grid transformed by a half homography: the division in half",
          "warp_grid3d_call", trigger="src_homo_dst"),
+    # the transforms the warps are given, built from half parameters
+    _row(f"{IMGWARP}:get_rotation_matrix2d",
+         "deg2rad and cos/sin of a half angle: 90 degrees is 1.5703 rad in bfloat16, cos 4.8e-4 instead of 0 "
+         "(a visible blend of the neighbour in an exact quarter turn); the matrix in float32, narrowed once",
+         "rotation_matrix2d_call"),
+    _row(f"{IMGWARP}:get_affine_matrix2d", "the rotation, scale, shear and centre offsets composed in half: "
+         "in float32, narrowed once", "affine_matrix2d_call"),
+    _row(f"{IMGWARP}:get_affine_matrix3d", "the 3-D composition in half: in float32, narrowed once",
+         "affine_matrix3d_call"),
+    _row(f"{IMGWARP}:get_projective_transform",
+         "the 3-D rotation from half angles (cos 90 degrees is 4.8e-4 in bfloat16): in float32, narrowed once",
+         "projective_transform_call"),
+    _row(f"{IMGWARP}:invert_affine_transform", "the 2x2 inverse and -A^-1 t in half: in float32, narrowed once",
+         "affine_inverse_call"),
     # built on warp_affine / warp_affine3d
     _row(f"{AFFWARP}:affine", f"{GRID} (through warp_affine)", "affine_call"),
     _row(f"{AFFWARP}:rotate", f"{MATRIX}; {GRID}: 20.8x/21.2x the ideal error", "rotate_call"),
@@ -123,9 +139,29 @@ def _is_half(x: torch.Tensor) -> bool:
     return x.dtype == torch.float16 or x.dtype == torch.bfloat16
 
 
+AFFINE_PARAMETERS = ("translation", "center", "scale_factor", "angle", "shear")
+
+
+def build_affine_forward(original: Any) -> Any:
+    def forward(self, input):
+        if not (isinstance(input, torch.Tensor) and _is_half(input)):
+            return original(self, input)
+        # The release requires the parameters in the input's dtype, so a half call holds half
+        # parameters: they are widened (exactly) on a shallow copy, the matrix and the warp run
+        # in float32 (as the rotate/translate/... rows do), and the instance is left untouched.
+        widened = copy.copy(self)
+        for name in AFFINE_PARAMETERS:
+            value = getattr(self, name, None)
+            if isinstance(value, torch.Tensor) and _is_half(value):
+                object.__setattr__(widened, name, value.float())
+        return original(widened, input.float()).to(input.dtype)
+
+    return like(forward, original)
+
+
 def build_homography_warper_forward(original: Any) -> Any:
     def forward(self, patch_src, src_homo_dst=None):
-        if not _is_half(patch_src):
+        if not (isinstance(patch_src, torch.Tensor) and _is_half(patch_src)):
             return original(self, patch_src, src_homo_dst)
         warper = self
         grid = self._warped_grid
@@ -142,6 +178,11 @@ def build_homography_warper_forward(original: Any) -> Any:
 
 
 HAND_WRITTEN = (
+    Target(("kornia.geometry.transform.affwarp:Affine.forward",), build_affine_forward, ("self", "input"),
+           optional=True,
+           reason=f"{MATRIX} (get_affine_matrix2d on the half parameters, centre from the half image); {GRID}: "
+                  "parameters widened on a copy, matrix and warp in float32, narrowed once",
+           example=f"{EXAMPLES}:affine_module_call"),
     Target(("kornia.geometry.transform.homography_warper:HomographyWarper.forward",), build_homography_warper_forward,
            ("self", "patch_src", "src_homo_dst"), optional=True,
            reason=f"{GRID} (the direct path through homography_warp); a grid precomputed from a half homography "
