@@ -695,7 +695,8 @@ def warp_frame_depth_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     pose = torch.eye(4)[None].clone()
     pose[0, :3, 3] = torch.tensor([0.125, -0.0625, 0.0])
     pose[0, :2, :2] = torch.tensor([[0.96875, -0.25], [0.25, 0.96875]])
-    return _in(dtype, _rand(g, 1, 2, 12, 10), 2 + _rand(g, 1, 1, 12, 10), pose, _depth_camera())
+    image, depth = _rand(g, 1, 2, 12, 10), (2 + _rand(g, 1, 1, 12, 10)).bfloat16().float()
+    return _in(dtype, image, depth, pose, _depth_camera())
 
 
 def depth_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:
@@ -711,7 +712,7 @@ def depth_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:
     warper = DepthWarper(PinholeCamera(K, pose, *size), 12, 10)
     warper.compute_projection_matrix(PinholeCamera(K, torch.eye(4)[None], *size))
     g = torch.Generator().manual_seed(85)
-    return (warper,) + _in(dtype, 2 + _rand(g, 1, 1, 12, 10), _rand(g, 1, 2, 12, 10))
+    return (warper,) + _in(dtype, (2 + _rand(g, 1, 1, 12, 10)).bfloat16().float(), _rand(g, 1, 2, 12, 10))
 
 
 def undistort_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
