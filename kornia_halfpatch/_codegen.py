@@ -51,7 +51,9 @@ class UnsupportedSignature(TypeError):
 
 def _widen(x: torch.Tensor) -> torch.Tensor:
     # Widening half to float32 is exact: the original then computes on the very same values.
-    if x.dtype == torch.float16 or x.dtype == torch.bfloat16:
+    # A non-tensor (kornia's own tests pass floats) goes to the original, which raises its own
+    # TypeError; TorchScript folds the isinstance of a Tensor to True.
+    if isinstance(x, torch.Tensor) and (x.dtype == torch.float16 or x.dtype == torch.bfloat16):
         return x.float()
     return x
 
@@ -361,7 +363,9 @@ def promote_wrapper(
         if classify(result) == OTHER and rules[0] == NARROW:
             raise UnsupportedSignature(f"{function.__qualname__}: result annotation {result!r} is not a tensor")
         result_source = narrowed("_halfpatch_out", result, rules[0])
-    condition = dtype_condition(trigger, half)
+    # A non-tensor trigger (kornia's own tests pass floats and lists) reaches the original, whose
+    # check raises kornia's own TypeError; TorchScript folds the isinstance of a Tensor to True.
+    condition = f"isinstance({trigger}, torch.Tensor) and ({dtype_condition(trigger, half)})"
     if device is not None:
         condition = f"({condition}) and {trigger}.device.type == {device!r}"
     if guard is not None:

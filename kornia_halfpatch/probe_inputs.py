@@ -479,3 +479,243 @@ def planckian_call(dtype: torch.dtype) -> Tuple[object, ...]:
     finally:
         torch.random.set_rng_state(state)
     return module, image, params, module.flags
+
+
+# --------------------------------------------------------------------------------------------
+# Warps with float32 geometry (warp_geometry): every value exact in bfloat16, so each half dtype
+# holds the very parameters the float32 oracle gets.
+
+
+def _warp_image(seed: int, *shape: int) -> torch.Tensor:
+    return _rand(torch.Generator().manual_seed(seed), *shape)
+
+
+def _affine_2x3() -> torch.Tensor:
+    return torch.tensor([[[0.96875, -0.25, 2.5], [0.25, 0.96875, -1.75]]])
+
+
+def _homography_3x3() -> torch.Tensor:
+    return torch.tensor([[[0.96875, -0.25, 2.5], [0.25, 0.96875, -1.75], [0.001953125, -0.0009765625, 1.0]]])
+
+
+def warp_affine_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(image, 2x3 rotation-and-shift, dsize, bilinear, border)."""
+    return _in(dtype, _warp_image(61, 1, 2, 12, 10), _affine_2x3()) + ((11, 9), "bilinear", "border")
+
+
+def warp_perspective_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    return _in(dtype, _warp_image(62, 1, 2, 12, 10), _homography_3x3()) + ((11, 9), "bilinear", "reflection")
+
+
+def remap_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(image, map_x, map_y) in pixels: a shift by 0.75 px and a slight shear."""
+    ys, xs = torch.meshgrid(torch.arange(12.0), torch.arange(10.0), indexing="ij")
+    maps = _in(dtype, _warp_image(63, 1, 2, 12, 10), (xs + 0.75 + ys * 0.125)[None], (ys - 0.5)[None])
+    return maps + ("bilinear", "zeros", True)
+
+
+def homography_warp_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(patch, normalised homography, dsize)."""
+    H = torch.tensor([[[0.96875, -0.125, 0.0625], [0.125, 0.96875, -0.03125], [0.0078125, 0.0, 1.0]]])
+    return _in(dtype, _warp_image(64, 1, 2, 12, 10), H) + ((12, 10),)
+
+
+def warp_grid_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(float32 normalised meshgrid, as HomographyWarper holds it; homography in ``dtype``)."""
+    from kornia.utils import create_meshgrid
+
+    grid = create_meshgrid(12, 10, normalized_coordinates=True)
+    return grid, homography_warp_call(torch.float32)[1].to(dtype)
+
+
+def _affine_3x4() -> torch.Tensor:
+    return torch.tensor([[[0.96875, -0.25, 0.0, 1.5], [0.25, 0.96875, 0.0, -0.75], [0.0, 0.0, 1.0, 0.5]]])
+
+
+def warp_affine3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    return _in(dtype, _warp_image(65, 1, 1, 4, 6, 5), _affine_3x4()) + ((4, 6, 5),)
+
+
+def warp_perspective3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    M = torch.cat([_affine_3x4(), torch.tensor([[[0.0, 0.0, 0.0, 1.0]]])], dim=1)
+    return _in(dtype, _warp_image(66, 1, 1, 4, 6, 5), M) + ((4, 6, 5),)
+
+
+def homography_warp3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    M = torch.cat([_affine_3x4() * torch.tensor([1.0, 1.0, 1.0, 0.125]), torch.tensor([[[0.0, 0.0, 0.0, 1.0]]])], dim=1)
+    return _in(dtype, _warp_image(67, 1, 1, 4, 6, 5), M) + ((4, 6, 5),)
+
+
+def warp_grid3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    from kornia.utils import create_meshgrid3d
+
+    grid = create_meshgrid3d(4, 6, 5, normalized_coordinates=True)
+    return grid, homography_warp3d_call(torch.float32)[1].to(dtype)
+
+
+def affine_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _in(dtype, _warp_image(68, 1, 2, 12, 10), _affine_2x3())
+
+
+def rotate_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _in(dtype, _warp_image(69, 2, 2, 12, 10), torch.tensor([17.5, -40.0]))
+
+
+def translate_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _in(dtype, _warp_image(70, 1, 2, 12, 10), torch.tensor([[1.75, -0.5]]))
+
+
+def scale_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _in(dtype, _warp_image(71, 1, 2, 12, 10), torch.tensor([[1.25, 0.875]]))
+
+
+def shear_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _in(dtype, _warp_image(72, 1, 2, 12, 10), torch.tensor([[0.125, -0.25]]))
+
+
+def affine_module_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    """(Affine with angle/translation/scale in ``dtype``, as the release requires, image)."""
+    from kornia.geometry.transform import Affine
+
+    module = Affine(angle=torch.tensor([22.5]).to(dtype), translation=torch.tensor([[1.5, -0.75]]).to(dtype),
+                    scale_factor=torch.tensor([[1.125, 0.875]]).to(dtype))
+    return module, _warp_image(73, 1, 2, 12, 10).to(dtype)
+
+
+def rotation_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(centre, angle, scale): a quarter turn and 17.5 degrees."""
+    return _in(dtype, torch.tensor([[4.5, 5.5], [4.5, 5.5]]), torch.tensor([90.0, 17.5]), torch.ones(2, 2))
+
+
+def affine_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(translations, centre, scale, angle, sx, sy)."""
+    return _in(dtype, torch.tensor([[1.5, -0.75]]), torch.tensor([[4.5, 5.5]]), torch.tensor([[1.125, 0.875]]),
+               torch.tensor([37.5]), torch.tensor([0.125]), torch.tensor([-0.0625]))
+
+
+def affine_matrix3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(translations, centre, scale, angles)."""
+    return _in(dtype, torch.tensor([[1.5, -0.75, 0.5]]), torch.tensor([[4.5, 5.5, 2.0]]),
+               torch.tensor([[1.125, 0.875, 1.0]]), torch.tensor([[90.0, 17.5, -30.0]]))
+
+
+def projective_transform_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(centre, angles, scales): a quarter turn about z, as kornia's own tests."""
+    return _in(dtype, torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[0.0, 0.0, 90.0]]), torch.ones(1, 3))
+
+
+def affine_inverse_call(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    return _in(dtype, _affine_2x3() * torch.tensor([1.0, 1.0, 8.0]))
+
+
+def affine3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _in(dtype, _warp_image(74, 1, 1, 4, 6, 5), _affine_3x4())
+
+
+def rotate3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    return _in(dtype, _warp_image(75, 1, 1, 4, 6, 5), torch.tensor([17.5]), torch.tensor([-5.0]), torch.tensor([8.0]))
+
+
+def crop_by_transform_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    T = torch.tensor([[[1.0, 0.0, -1.5], [0.0, 1.0, -2.25], [0.0, 0.0, 1.0]]])
+    return _in(dtype, _warp_image(76, 1, 2, 12, 10), T) + ((7, 6),)
+
+
+def _boxes(x0: float, y0: float, x1: float, y1: float) -> torch.Tensor:
+    return torch.tensor([[[x0, y0], [x1, y0], [x1, y1], [x0, y1]]])
+
+
+def crop_boxes_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """crop_and_resize(image, boxes, size)."""
+    return _in(dtype, _warp_image(77, 1, 2, 12, 10), _boxes(1.5, 2.0, 7.5, 9.0)) + ((6, 5),)
+
+
+def crop_by_boxes_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """crop_by_boxes(image, src_box, dst_box)."""
+    return _in(dtype, _warp_image(77, 1, 2, 12, 10), _boxes(1.5, 2.0, 7.5, 9.0), _boxes(0.0, 0.0, 4.0, 5.0))
+
+
+def center_crop_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    return (_warp_image(78, 1, 2, 13, 10).to(dtype), (7, 6))
+
+
+def center_crop_module_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    from kornia.geometry.transform import CenterCrop2D
+
+    return CenterCrop2D((7, 6), cropping_mode="resample"), _warp_image(79, 1, 2, 13, 10).to(dtype)
+
+
+def crop_by_transform3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    T = torch.eye(4)[None].clone()
+    T[0, :3, 3] = torch.tensor([-1.5, -0.75, -0.5])
+    return _in(dtype, _warp_image(80, 1, 1, 5, 6, 5), T) + ((3, 4, 3),)
+
+
+def _box3d(x0: float, y0: float, z0: float, x1: float, y1: float, z1: float) -> torch.Tensor:
+    return torch.tensor([[[x0, y0, z0], [x1, y0, z0], [x1, y1, z0], [x0, y1, z0],
+                          [x0, y0, z1], [x1, y0, z1], [x1, y1, z1], [x0, y1, z1]]])
+
+
+def crop_boxes3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """crop_and_resize3d(volume, boxes, size)."""
+    return _in(dtype, _warp_image(81, 1, 1, 5, 6, 5), _box3d(0.5, 1.0, 0.25, 3.5, 4.5, 3.0)) + ((3, 4, 3),)
+
+
+def crop_by_boxes3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """crop_by_boxes3d(volume, src_box, dst_box)."""
+    return _in(dtype, _warp_image(81, 1, 1, 5, 6, 5), _box3d(0.5, 1.0, 0.25, 3.5, 4.5, 3.0),
+               _box3d(0.0, 0.0, 0.0, 2.0, 3.0, 2.0))
+
+
+def center_crop3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    return (_warp_image(82, 1, 1, 5, 7, 6).to(dtype), (3, 4, 3))
+
+
+def elastic_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(image, noise in [-1, 1], kernel size, sigma, alpha)."""
+    g = torch.Generator().manual_seed(83)
+    noise = (_rand(g, 1, 2, 12, 10) * 2 - 1).bfloat16().float()
+    return _in(dtype, _rand(g, 1, 2, 12, 10), noise) + ((5, 5), (2.0, 2.0), (1.5, 1.5))
+
+
+def homography_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    from kornia.geometry.transform import HomographyWarper
+
+    patch, H, _ = homography_warp_call(dtype)
+    return HomographyWarper(12, 10), patch, H
+
+
+def _depth_camera() -> torch.Tensor:
+    return torch.tensor([[[12.0, 0.0, 5.0], [0.0, 12.0, 6.0], [0.0, 0.0, 1.0]]])
+
+
+def warp_frame_depth_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(image, depth in [2, 3], a small pose, intrinsics)."""
+    g = torch.Generator().manual_seed(84)
+    pose = torch.eye(4)[None].clone()
+    pose[0, :3, 3] = torch.tensor([0.125, -0.0625, 0.0])
+    pose[0, :2, :2] = torch.tensor([[0.96875, -0.25], [0.25, 0.96875]])
+    image, depth = _rand(g, 1, 2, 12, 10), (2 + _rand(g, 1, 1, 12, 10)).bfloat16().float()
+    return _in(dtype, image, depth, pose, _depth_camera())
+
+
+def depth_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(DepthWarper with float32 cameras and its projection computed, depth, patch)."""
+    from kornia.geometry.camera import PinholeCamera
+    from kornia.geometry.depth import DepthWarper
+
+    K = torch.eye(4)[None].clone()
+    K[0, :3, :3] = _depth_camera()
+    pose = torch.eye(4)[None].clone()
+    pose[0, 0, 3] = 0.125
+    size = (torch.tensor([12.0]), torch.tensor([10.0]))
+    warper = DepthWarper(PinholeCamera(K, pose, *size), 12, 10)
+    warper.compute_projection_matrix(PinholeCamera(K, torch.eye(4)[None], *size))
+    g = torch.Generator().manual_seed(85)
+    return (warper,) + _in(dtype, (2 + _rand(g, 1, 1, 12, 10)).bfloat16().float(), _rand(g, 1, 2, 12, 10))
+
+
+def undistort_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(image, intrinsics, radial/tangential coefficients)."""
+    dist = torch.tensor([[0.0625, -0.03125, 0.001953125, -0.0009765625]])
+    return _in(dtype, _warp_image(86, 1, 2, 12, 10), _depth_camera(), dist)

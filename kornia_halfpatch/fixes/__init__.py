@@ -20,6 +20,7 @@ FIX_NAMES = (
     "half_dtypes",
     "augmentation",
     "fp16_conv_hang",
+    "warp_geometry",
 )
 
 

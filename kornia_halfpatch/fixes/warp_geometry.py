@@ -1,0 +1,216 @@
+"""Half-precision warps with float32 geometry (issue 11; docs/fixes/warp_geometry.md).
+
+Kornia 0.7.0-0.8.3 compute a warp's geometry in the image's dtype: the inverse of the transform,
+the pixel-to-normalised matrices, the sampling grid and its normalisation. In float16 a pixel
+coordinate near 180 has a resolution of 0.125 px, in bfloat16 of 1 px, so a half warp samples
+from the wrong place: 10-32 times the error of the float32 result rounded once (the "ideal").
+
+Every kornia function that derives sampling coordinates from a transform or from pixel
+coordinates is promoted wholesale: for a float16/bfloat16 image, every half tensor argument is
+widened to float32 (exact), the installed release's own function runs (geometry *and* sampling
+in float32), and the output is narrowed once to the image's dtype (0.9.0's output dtype). So the
+half result is the release's float32 result on the widened inputs, narrowed once, bitwise; its
+backward is the float32 backward narrowed once (for the image and for the transform).
+float32/float64 call the original unchanged.
+
+One code path on every device: on CUDA too the geometry and the sampling run in float32. The
+sampling in float32 costs twice the memory traffic of a half ``grid_sample``, but a half sample
+at a float32 coordinate still rounds the bilinear weights to half (up to 2^-11 relative), and a
+second code path would give CPU and CUDA different results; no GPU here to measure the cost.
+
+The functions were found from the source of each release (tests/warp_call_sites.py, an ``ast``
+scan of every kornia function calling ``grid_sample``/``map_coordinates`` or, transitively, one
+of these warps; tests/test_fix_warp_geometry.py keeps the table and the scan in step). The
+``nn.Module`` forms ``Rotate``/``Translate``/``Scale``/``Shear`` call their function through the
+module's global, which the engine rebinds: the function row covers them, and ``Affine``'s
+warp too. ``CenterCrop2D`` solves its crop transform in the input's dtype first,
+``HomographyWarper`` samples a precomputed grid, ``DepthWarper`` projects depth itself: their
+``forward`` is a row (none of them scripts in any release, so a method row loses nothing).
+``Affine.forward`` requires its parameters in the input's dtype (kornia raises otherwise), so a
+half call holds half parameters: its hand-written replacement widens them on a shallow copy of
+the module (the instance, maybe shared, keeps its own) and runs the release's forward in float32.
+The matrix builders (``get_rotation_matrix2d``, ``get_affine_matrix2d``/``3d``,
+``get_projective_transform``, ``invert_affine_transform``) are rows too: a warp handed a matrix
+built in half gets a transform off by the half trigonometry (cos 90 degrees = 4.8e-4 in bfloat16).
+
+Left where they are (one target, one fix): ``warp_image_tps`` (half_dtypes promotes it
+wholesale already) and ``_transform_warp_impl3d`` (half_kernels, CPU; the ``warp_perspective3d``
+row here wraps it, so it sees float32 and passes through).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Sequence
+
+import torch
+
+from .._model import Finding, Fix, Promote, Target, bug_present, not_needed
+from ._common import like
+
+EXAMPLES = "kornia_halfpatch.probe_inputs"
+
+
+def _row(path: str, reason: str, example: str, **options: Any) -> Promote:
+    return Promote(path, reason, optional=True, example=f"{EXAMPLES}:{example}", **options)
+
+
+GRID = ("the inverse transform, the normalisation matrices and the sampling grid in half: a coordinate "
+        "near 180 px resolves to 0.125 px (float16) or 1 px (bfloat16)")
+MATRIX = "the transform matrix built from the parameters in half (cos/sin, centre offsets) before the warp"
+
+IMGWARP = "kornia.geometry.transform.imgwarp"
+AFFWARP = "kornia.geometry.transform.affwarp"
+CROP2D = "kornia.geometry.transform.crop2d"
+CROP3D = "kornia.geometry.transform.crop3d"
+
+ROWS = (
+    # the warps proper
+    _row(f"{IMGWARP}:warp_affine", f"{GRID}: 10.8x/32x the ideal error (float16/bfloat16, 256 px)",
+         "warp_affine_call"),
+    _row(f"{IMGWARP}:warp_perspective", f"{GRID}: 15.8x/28.7x the ideal error", "warp_perspective_call"),
+    _row(f"{IMGWARP}:remap",
+         "pixel maps normalised in half (2x/(W-1) - 1): 9.3x/23.5x the ideal error, and 0.001 of the zero "
+         "padding bled into in-range samples (TestRemap::test_shift[float16])", "remap_call"),
+    _row(f"{IMGWARP}:homography_warp", f"{GRID} (homography on a half meshgrid)", "homography_warp_call"),
+    _row(f"{IMGWARP}:warp_grid",
+         "the grid transformed by a half homography: the projective division in half (relative error 2^-11/2^-8); "
+         "decided by the homography's dtype, grid narrowed to it", "warp_grid_call", trigger="src_homo_dst"),
+    _row(f"{IMGWARP}:warp_affine3d", f"{GRID}, in three dimensions", "warp_affine3d_call"),
+    _row(f"{IMGWARP}:warp_perspective3d",
+         f"{GRID}, in three dimensions (on CPU the matrix inverse also has no half kernel: half_kernels' "
+         "_transform_warp_impl3d row, reached here in float32)", "warp_perspective3d_call"),
+    _row(f"{IMGWARP}:homography_warp3d", f"{GRID}, in three dimensions", "homography_warp3d_call"),
+    _row(f"{IMGWARP}:warp_grid3d", "the 3-D grid transformed by a half homography: the division in half",
+         "warp_grid3d_call", trigger="src_homo_dst"),
+    # the transforms the warps are given, built from half parameters
+    _row(f"{IMGWARP}:get_rotation_matrix2d",
+         "deg2rad and cos/sin of a half angle: 90 degrees is 1.5703 rad in bfloat16, cos 4.8e-4 instead of 0 "
+         "(a visible blend of the neighbour in an exact quarter turn); the matrix in float32, narrowed once",
+         "rotation_matrix2d_call"),
+    _row(f"{IMGWARP}:get_affine_matrix2d", "the rotation, scale, shear and centre offsets composed in half: "
+         "in float32, narrowed once", "affine_matrix2d_call"),
+    _row(f"{IMGWARP}:get_affine_matrix3d", "the 3-D composition in half: in float32, narrowed once",
+         "affine_matrix3d_call"),
+    _row(f"{IMGWARP}:get_projective_transform",
+         "the 3-D rotation from half angles (cos 90 degrees is 4.8e-4 in bfloat16): in float32, narrowed once",
+         "projective_transform_call"),
+    _row(f"{IMGWARP}:invert_affine_transform", "the 2x2 inverse and -A^-1 t in half: in float32, narrowed once",
+         "affine_inverse_call"),
+    # built on warp_affine / warp_affine3d
+    _row(f"{AFFWARP}:affine", f"{GRID} (through warp_affine)", "affine_call"),
+    _row(f"{AFFWARP}:rotate", f"{MATRIX}; {GRID}: 20.8x/21.2x the ideal error", "rotate_call"),
+    _row(f"{AFFWARP}:translate", f"{MATRIX}; {GRID}", "translate_call"),
+    _row(f"{AFFWARP}:scale", f"{MATRIX}; {GRID}", "scale_call"),
+    _row(f"{AFFWARP}:shear", f"{MATRIX}; {GRID}", "shear_call"),
+    _row(f"{AFFWARP}:affine3d", f"{GRID}, in three dimensions (through warp_affine3d)", "affine3d_call"),
+    _row(f"{AFFWARP}:rotate3d", f"{MATRIX} (3-D rotation); {GRID}", "rotate3d_call"),
+    # crops by a transform
+    _row(f"{CROP2D}:crop_by_transform_mat", f"{GRID} (through warp_affine)", "crop_by_transform_call"),
+    _row(f"{CROP2D}:crop_by_boxes",
+         "the box-to-box perspective transform solved from half corners (up to 1 px apart in bfloat16); " + GRID,
+         "crop_by_boxes_call"),
+    _row(f"{CROP2D}:crop_and_resize", "the crop transform from half boxes; " + GRID, "crop_boxes_call"),
+    _row(f"{CROP2D}:center_crop", "the crop transform in the image's dtype; " + GRID, "center_crop_call"),
+    _row(f"{CROP2D}:CenterCrop2D.forward",
+         "the corner points cast to the half image's dtype and the perspective transform solved in half; " + GRID,
+         "center_crop_module_call"),
+    _row(f"{CROP3D}:crop_by_transform_mat3d", f"{GRID}, in three dimensions", "crop_by_transform3d_call"),
+    _row(f"{CROP3D}:crop_by_boxes3d", "the box transform from half corners; " + GRID, "crop_by_boxes3d_call"),
+    _row(f"{CROP3D}:crop_and_resize3d", "the box transform from half corners; " + GRID, "crop_boxes3d_call"),
+    _row(f"{CROP3D}:center_crop3d", "the crop transform in the volume's dtype; " + GRID, "center_crop3d_call"),
+    # dense displacement and depth
+    _row("kornia.geometry.transform.elastic_transform:elastic_transform2d",
+         "the displacement field blurred in half and added to a half meshgrid (0.125/1 px resolution)",
+         "elastic_call"),
+    _row("kornia.geometry.depth:warp_frame_depth",
+         "depth unprojected, transformed and projected in half (a perspective division per pixel), then "
+         "normalised: the sampling coordinates in float32", "warp_frame_depth_call"),
+    _row("kornia.geometry.depth:DepthWarper.forward",
+         "the pixel grid, the projection and the normalisation in the depth's half dtype: in float32",
+         "depth_warper_call", trigger="patch_dst"),
+    _row("kornia.geometry.calibration.undistort:undistort_image",
+         "the undistortion maps (iterated distortion model on pixel coordinates) in half, then remap: in float32",
+         "undistort_call"),
+)
+
+
+def _is_half(x: torch.Tensor) -> bool:
+    return x.dtype == torch.float16 or x.dtype == torch.bfloat16
+
+
+AFFINE_PARAMETERS = ("translation", "center", "scale_factor", "angle", "shear")
+
+
+def build_affine_forward(original: Any) -> Any:
+    def forward(self, input):
+        if not (isinstance(input, torch.Tensor) and _is_half(input)):
+            return original(self, input)
+        # The release requires the parameters in the input's dtype, so a half call holds half
+        # parameters: they are widened (exactly) on a shallow copy, the matrix and the warp run
+        # in float32 (as the rotate/translate/... rows do), and the instance is left untouched.
+        widened = copy.copy(self)
+        for name in AFFINE_PARAMETERS:
+            value = getattr(self, name, None)
+            if isinstance(value, torch.Tensor) and _is_half(value):
+                object.__setattr__(widened, name, value.float())
+        return original(widened, input.float()).to(input.dtype)
+
+    return like(forward, original)
+
+
+def build_homography_warper_forward(original: Any) -> Any:
+    def forward(self, patch_src, src_homo_dst=None):
+        if not (isinstance(patch_src, torch.Tensor) and _is_half(patch_src)):
+            return original(self, patch_src, src_homo_dst)
+        warper = self
+        grid = self._warped_grid
+        if src_homo_dst is None and grid is not None and _is_half(grid):
+            # The grid precomputed from a half homography (warp_grid narrows it to the
+            # homography's dtype, as 0.9.0): sampled in float32 at those stored coordinates, on a
+            # shallow copy so that the instance (maybe shared by threads) keeps its grid.
+            warper = copy.copy(self)
+            object.__setattr__(warper, "_warped_grid", grid.float())
+        homography = src_homo_dst.float() if src_homo_dst is not None and _is_half(src_homo_dst) else src_homo_dst
+        return original(warper, patch_src.float(), homography).to(patch_src.dtype)
+
+    return like(forward, original)
+
+
+HAND_WRITTEN = (
+    Target(("kornia.geometry.transform.affwarp:Affine.forward",), build_affine_forward, ("self", "input"),
+           optional=True,
+           reason=f"{MATRIX} (get_affine_matrix2d on the half parameters, centre from the half image); {GRID}: "
+                  "parameters widened on a copy, matrix and warp in float32, narrowed once",
+           example=f"{EXAMPLES}:affine_module_call"),
+    Target(("kornia.geometry.transform.homography_warper:HomographyWarper.forward",), build_homography_warper_forward,
+           ("self", "patch_src", "src_homo_dst"), optional=True,
+           reason=f"{GRID} (the direct path through homography_warp); a grid precomputed from a half homography "
+                  "sampled in float32 at its stored coordinates",
+           example=f"{EXAMPLES}:homography_warper_call"),
+)
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    """A float16 warp_affine of a ramp against the float32 warp of the same values, narrowed."""
+    warp_affine = originals[0]
+    if warp_affine is None:
+        return not_needed("no warp_affine in this release")
+    image = torch.linspace(0, 1, 64 * 64).reshape(1, 1, 64, 64)
+    angle = torch.tensor(0.3)
+    matrix = torch.stack([torch.stack([angle.cos(), -angle.sin(), torch.tensor(20.0)]),
+                          torch.stack([angle.sin(), angle.cos(), torch.tensor(-9.0)])]).unsqueeze(0)
+    image, matrix = image.half().float(), matrix.half().float()
+    half = warp_affine(image.half(), matrix.half(), (64, 64))
+    ideal = warp_affine(image, matrix, (64, 64)).half()
+    if not torch.equal(half, ideal):
+        return bug_present("a float16 warp_affine differs from the float32 warp narrowed (half sampling grid)")
+    return not_needed("a float16 warp_affine equals the float32 warp narrowed")
+
+
+FIX = Fix(
+    name="warp_geometry",
+    targets=ROWS + HAND_WRITTEN,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.warp_geometry:demonstrate",
+)
