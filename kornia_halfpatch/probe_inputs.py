@@ -4,7 +4,7 @@ global random stream."""
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import torch
 
@@ -479,3 +479,11 @@ def planckian_call(dtype: torch.dtype) -> Tuple[object, ...]:
     finally:
         torch.random.set_rng_state(state)
     return module, image, params, module.flags
+
+
+def affine_grid_unit_side(dtype: torch.dtype) -> Tuple[torch.Tensor, List[int], bool]:
+    """(5 3x4 affine matrices near identity, a 5x3x1x3x3 size, align_corners=False): a depth-1
+    volume, RandomAffine3D's upstream test case, where torch's half affine_grid raises."""
+    g = torch.Generator().manual_seed(51)
+    theta = torch.eye(3, 4) + (_rand(g, 5, 3, 4) - 0.5) * 0.1
+    return theta.to(dtype), [5, 3, 1, 3, 3], False

@@ -26,11 +26,11 @@ once, written out by hand (each is one line in every release).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 
-from .._model import Finding, Fix, Promote, Target, bug_present, not_needed
+from .._model import Finding, Fix, Promote, PromoteForKornia, Target, bug_present, not_needed
 from ._common import like
 
 CPU = "cpu"
@@ -47,6 +47,30 @@ SVD = "linalg.svd has no half CPU kernel"
 EIGH = "linalg.eigh has no half CPU kernel"
 DET = "det has no half CPU kernel (lu_cpu)"
 QR = "linalg.qr has no half CPU kernel (geqrf_cpu)"
+
+def has_unit_side(size: List[int]) -> bool:
+    """An ``affine_grid`` output size with a spatial side of 1: torch builds that side's
+    coordinates with ``at::tensor(0)``, which has no half CPU kernel ("tensor_cpu")."""
+    for side in size[2:]:
+        if side == 1:
+            return True
+    return False
+
+
+# kornia's affine_grid calls (warp_affine3d, so RandomAffine3D on a depth-1 volume; 2-D warps
+# to a one-pixel row or column): torch raises "tensor_cpu" not implemented for half when a side
+# of the output is 1. Only those calls take the float32 grid, narrowed once (every other half
+# call keeps torch's half grid bit for bit): kornia-scoped, stacked on grid_sample_cpu's views.
+AFFINE_GRID_ROW = PromoteForKornia(
+    "torch.nn.functional:affine_grid",
+    "affine_grid has no half CPU kernel for a side of 1 ('tensor_cpu', at::tensor(0)): kornia's grid for such a "
+    "size in float32, narrowed once",
+    device=CPU,
+    guard=f"{__name__}:has_unit_side",
+    guard_arguments=("size",),
+    expects_parameters=("theta", "size"),
+    example=f"{EXAMPLES}:affine_grid_unit_side",
+)
 
 ROWS = (
     _row("kornia.filters.guided:_guided_blur_multichannel_guidance",
@@ -248,7 +272,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="half_kernels",
-    targets=ROWS + METHOD_TARGETS,
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS,
     probe=probe,
     demonstration="kornia_halfpatch.demos.half_kernels:demonstrate",
 )
