@@ -30,7 +30,7 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from .._model import Finding, Fix, Promote, PromoteForKornia, Target, bug_present, not_needed
+from .._model import SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, not_needed
 from ._common import like
 
 CPU = "cpu"
@@ -240,6 +240,31 @@ def build_so2_inverse(original: Any) -> Any:
     return like(inverse, original)
 
 
+def build_torch_inverse(original: Any) -> Any:
+    """``torch.inverse`` as kornia's code calls it: a half CPU matrix (which torch refuses) is
+    inverted in float32 and narrowed once, right after the op; everything else is torch's call.
+    The only kornia caller that still hands it a half tensor is ``HomographyTracker.
+    track_next_frame`` (its stored homography is in the user's dtype, and the method is
+    stateful); the other callers are promoted whole by rows or cast first."""
+
+    def inverse(input: torch.Tensor) -> torch.Tensor:
+        if (input.dtype == torch.float16 or input.dtype == torch.bfloat16) and input.device.type == "cpu":
+            return original(input.float()).to(input.dtype)
+        return original(input)
+
+    inverse.__doc__ = original.__doc__
+    return inverse
+
+
+# torch.inverse for kornia's calls only (module views of ``torch``, stacked with any other view).
+TORCH_INVERSE_TARGET = Target(
+    ("torch:inverse",),
+    build_torch_inverse,
+    scope=SCOPE_KORNIA,
+    reason=f"{INVERSE}: kornia's half CPU torch.inverse calls (HomographyTracker.track_next_frame's prewarp) "
+    "in float32, narrowed once",
+)
+
 METHOD_TARGETS = (
     Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
            reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
@@ -272,7 +297,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="half_kernels",
-    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS,
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,),
     probe=probe,
     demonstration="kornia_halfpatch.demos.half_kernels:demonstrate",
 )
