@@ -249,3 +249,19 @@ def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
         pytest.fail("float16 MS_SSIMLoss / max_blur_pool2d did not return within 240 s with the workaround on")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "returned" in result.stdout
+
+
+def test_a_non_tensor_argument_gets_kornias_own_error(monkeypatch):
+    """The generated wrapper reads .dtype only of a tensor: kornia's own check raises, as unpatched
+    (kornia's TestFilter2D::test_exception in float32)."""
+    monkeypatch.setenv(fp16_conv_hang.ENV_FP16_CONV_HANG, "on")
+    kernel = torch.ones(1, 3, 3)
+    with kornia_halfpatch.unpatched():
+        with pytest.raises(Exception) as unpatched_error:
+            kornia.filters.filter2d(1, kernel)
+    with testing.isolated(only=["fp16_conv_hang"]):
+        assert kornia_halfpatch.is_patched(kornia.filters.filter.filter2d)
+        with pytest.raises(Exception) as patched_error:
+            kornia.filters.filter2d(1, kernel)
+    assert type(patched_error.value) is type(unpatched_error.value)
+    assert str(patched_error.value) == str(unpatched_error.value)
