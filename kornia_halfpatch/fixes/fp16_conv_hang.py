@@ -15,6 +15,12 @@ orientations, any channel count) because the range was measured on two input siz
 hang cannot be caught from Python: a few more convolutions in float32 cost little, a missed one
 hangs the program. bfloat16 (its own, returning kernels), float32 and float64 call the original.
 
+Every other kornia ``F.conv2d`` call (``MS_SSIMLoss``'s 33x33 masks, ``blur_pool2d``/
+``max_blur_pool2d`` with a kernel of 15 or more, measured hanging; modules imported later) goes
+through a kornia-scoped ``torch.nn.functional.conv2d`` replacement (the engine's module views,
+shared with grid_sample_cpu's): a float16 CPU convolution with one input channel per group, two or
+more outputs and a side >= 15 runs in float32, narrowed once; every other call is torch's own.
+
 Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]`` (torch 2.13; an older
 torch without it counts as "no flag"). ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the
 choice (default ``auto``), so the workaround can be exercised on any CPU.

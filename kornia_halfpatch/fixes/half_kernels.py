@@ -18,6 +18,10 @@ cubic roots) are ill-conditioned. The half result is therefore the release's own
 narrowed, bitwise on CPU. float32/float64, and half tensors on other devices (CUDA has kernels),
 call the original unchanged.
 
+Two torch ops are promoted for kornia's calls only (engine module views, shared with
+grid_sample_cpu's): ``affine_grid`` where torch raises for a side of 1 (RandomAffine3D on depth-1
+volumes), and ``torch.inverse`` (HomographyTracker's stored half homography).
+
 Three methods take no tensor argument (the matrix is a parameter or attribute of ``self``):
 ``PinholeCamera.intrinsics_inverse``, ``Homography.forward_inverse`` and
 ``Similarity.forward_inverse``. Their replacements invert the half matrix in float32 and narrow
