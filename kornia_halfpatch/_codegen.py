@@ -363,8 +363,9 @@ def promote_wrapper(
         if classify(result) == OTHER and rules[0] == NARROW:
             raise UnsupportedSignature(f"{function.__qualname__}: result annotation {result!r} is not a tensor")
         result_source = narrowed("_halfpatch_out", result, rules[0])
-    # A non-tensor trigger (kornia's own tests pass floats and lists) reaches the original, whose
-    # check raises kornia's own TypeError; TorchScript folds the isinstance of a Tensor to True.
+    # A non-tensor argument goes to the original untouched, so kornia raises its own error
+    # ("Not a Tensor type"), not an AttributeError from reading .dtype here (kornia's own
+    # test_exception tests, float32). TorchScript folds the check for a Tensor parameter.
     condition = f"isinstance({trigger}, torch.Tensor) and ({dtype_condition(trigger, half)})"
     if device is not None:
         condition = f"({condition}) and {trigger}.device.type == {device!r}"
@@ -398,7 +399,7 @@ def widen_dtypes_wrapper(
     names = _Names(namespace)
     params, returns = signature_source(function, names)
     call = call_source(function, lambda p: "_halfpatch_accepted" if p.name == accepted else p.name)
-    condition = dtype_condition(tensor, gains)
+    condition = f"isinstance({tensor}, torch.Tensor) and ({dtype_condition(tensor, gains)})"
     source = (
         f"def {function.__name__}({params}){returns}:\n"
         f"    _halfpatch_accepted = {accepted}\n"

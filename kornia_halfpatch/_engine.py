@@ -40,7 +40,7 @@ import threading
 import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import wrapt
 
@@ -130,8 +130,6 @@ class _Installed:
     path: str
     aliases: List[Tuple[Any, str]] = field(default_factory=list)  # (module, attribute)
     scope: str = SCOPE_EVERYWHERE
-    views: List[Tuple[Any, str, Any, Any]] = field(default_factory=list)  # (module, global, was, view)
-    view_cache: Dict[int, Any] = field(default_factory=dict)  # id(viewed module) -> its view
 
     @property
     def on_module(self) -> bool:
@@ -353,13 +351,41 @@ def _attribute_routes(namespace: Dict[str, Any], attribute: str) -> Routes:
     return _routes_by_attribute(namespace, (attribute,))[attribute]
 
 
-def _module_view(entry: _Installed, module: Any, chain: Tuple[str, ...]) -> Any:
+@dataclass
+class _ViewBinding:
+    """A kornia module global rebound to a module view: ``module.name`` held ``was`` (the real
+    module) and now holds ``view``."""
+
+    module: Any
+    name: str
+    was: Any
+    view: Any
+
+
+# The views installed in kornia modules, by id(kornia module) then global name. ONE view per
+# kornia module global, shared by every kornia-scoped entry reached through it (grid_sample_cpu's
+# F.grid_sample and fp16_conv_hang's F.conv2d both go through kornia's ``F``): a view per entry,
+# stacked, could not be undone for one fix alone (reverting the lower one would have to rebuild
+# the upper one), so the view of a global is recomputed from the entries installed now whenever
+# one comes or goes (``_refresh_views``).
+_view_bindings: Dict[int, Dict[str, _ViewBinding]] = {}
+# (id(real module), overrides) -> (real module, view): the same set of replacements seen through
+# the same module gives the same view object, so every kornia module sharing ``F`` shares one view
+# (one guard for dynamo, one object for TorchScript). Cleared when no kornia-scoped entry is left.
+_view_cache: Dict[Tuple[int, FrozenSet[Tuple[Tuple[str, ...], str, int]]], Tuple[Any, Any]] = {}
+
+Overrides = Dict[Tuple[Tuple[str, ...], str], Any]  # (chain below the module, attribute) -> replacement
+
+
+def _module_view(module: Any, overrides: Overrides) -> Any:
     """A ``types.ModuleType`` with ``module``'s attributes (a snapshot; anything missing is read
-    from ``module`` itself) in which the next module on ``chain`` is a view too and, at the end,
-    the target attribute is the replacement. TorchScript and dynamo see an ordinary module."""
-    view = entry.view_cache.get(id(module))
-    if view is not None:
-        return view
+    from ``module`` itself) in which each override's attribute, at the end of its chain of
+    submodules (each a view too), is the replacement. TorchScript and dynamo see an ordinary
+    module."""
+    key = (id(module), frozenset((chain, attribute, id(value)) for (chain, attribute), value in overrides.items()))
+    cached = _view_cache.get(key)
+    if cached is not None and cached[0] is module:
+        return cached[1]
     view = types.ModuleType(module.__name__, module.__doc__)
     view.__dict__.update(module.__dict__)
 
@@ -368,24 +394,49 @@ def _module_view(entry: _Installed, module: Any, chain: Tuple[str, ...]) -> Any:
 
     view.__dict__["__getattr__"] = __getattr__
     view.__dict__["__kornia_halfpatch_view_of__"] = module
-    if chain:
-        view.__dict__[chain[0]] = _module_view(entry, getattr(module, chain[0]), chain[1:])
-    else:
-        view.__dict__[entry.attribute] = entry.replacement
-    entry.view_cache[id(module)] = view
+    below: Dict[str, Overrides] = {}
+    for (chain, attribute), replacement in overrides.items():
+        if chain:
+            below.setdefault(chain[0], {})[(chain[1:], attribute)] = replacement
+        else:
+            view.__dict__[attribute] = replacement
+    for name, deeper in below.items():
+        view.__dict__[name] = _module_view(getattr(module, name), deeper)
+    _view_cache[key] = (module, view)
     return view
 
 
-def _rebind_kornia_scoped(
-    entry: _Installed,
-    module_name: str,
-    module: Any,
-    namespace: Dict[str, Any],
-    aliases: Optional[Iterable[str]] = None,
+_scoped_names_cache: List[Tuple[Tuple[int, ...], Set[str], List[Fix]]] = []
+
+
+def _scoped_attribute_names() -> Set[str]:
+    """The attribute names of every target that is or may be kornia-scoped, in every fix of the
+    registry (installed or not): a module's bytecode is read once for all of them, so a fix
+    installed later (or after a revert) never reads it again."""
+    names = {entry.attribute for _, entry in _kornia_scoped_entries()}
+    try:
+        registry = _registry()
+    except Exception:  # noqa: BLE001 - the installed entries alone then
+        return names
+    key = tuple(id(fix) for fix in registry)
+    if _scoped_names_cache and _scoped_names_cache[0][0] == key:
+        return names | _scoped_names_cache[0][1]
+    found: Set[str] = set()
+    for fix in registry:
+        for target in fix.targets:
+            if callable(target.scope) or target.scope == SCOPE_KORNIA:
+                for candidate in target.candidates:
+                    found.add(candidate.partition(":")[2].split(".")[-1])
+    _scoped_names_cache[:] = [(key, found, registry)]  # the fixes kept alive: their ids stay theirs
+    return names | found
+
+
+def _rebind_kornia_aliases(
+    entry: _Installed, module_name: str, module: Any, namespace: Dict[str, Any], aliases: Optional[Iterable[str]] = None
 ) -> List[str]:
-    """Point one kornia module at ``entry.replacement``: its aliases of the original (the
-    attribute names, if the caller's binding index already knows them), and its globals on a
-    route to the original (through module views). Returns what was rebound."""
+    """Point one kornia module's own bindings of the original (``from torch.nn.functional import
+    grid_sample``) at ``entry.replacement``: the attribute names, if the caller's binding index
+    already knows them, else found here."""
     done = []
     if aliases is None:
         aliases = [attribute for attribute, value in list(namespace.items()) if value is entry.original]
@@ -394,28 +445,95 @@ def _rebind_kornia_scoped(
             setattr(module, attribute, entry.replacement)
             entry.aliases.append((module, attribute))
             done.append(f"{module_name}.{attribute}")
-    # One bytecode pass per module for every scoped attribute installed (cached after).
-    attributes = {entry.attribute} | {other.attribute for _, other in _kornia_scoped_entries()}
-    for root, chain in sorted(_routes_by_attribute(namespace, attributes)[entry.attribute]):
-        value = namespace.get(root)
-        holder = value
-        for name in chain:
-            holder = getattr(holder, name, None) if inspect.ismodule(holder) else None
-        if not inspect.ismodule(value) or holder is not entry.parent:
-            continue  # not a route to the original (or already a view)
-        view = _module_view(entry, value, chain)
-        setattr(module, root, view)
-        entry.views.append((module, root, value, view))
-        done.append(f"{module_name}.{root} (view of {value.__name__})")
     return done
 
 
-def _restore_views(entry: _Installed) -> None:
-    for module, name, was, view in reversed(entry.views):
-        if module.__dict__.get(name) is view:
-            setattr(module, name, was)
-    entry.views.clear()
-    entry.view_cache.clear()
+def _refresh_views(module_name: str, module: Any, namespace: Dict[str, Any]) -> List[Tuple[str, List[_Installed]]]:
+    """Make each global of one kornia module through which its code reaches a kornia-scoped
+    original (``F.grid_sample``, ``torch.nn.functional.conv2d``: routes read from the bytecode)
+    hold the view of the real module with every such replacement installed now, and every global
+    no installed entry needs any more hold its real module again. Returns what was (re)bound,
+    each with the entries its view carries."""
+    entries = [entry for _, entry in _kornia_scoped_entries()]
+    bindings = _view_bindings.get(id(module), {})
+    if not entries and not bindings:
+        return []
+    routes = _routes_by_attribute(namespace, _scoped_attribute_names() | {e.attribute for e in entries}) if entries else {}
+    # The real module behind each global (a global holding our view stands for what it replaced).
+    real: Dict[str, Any] = {}
+    for name, binding in list(bindings.items()):
+        if namespace.get(name) is binding.view:
+            real[name] = binding.was
+        else:  # rebound by someone else since: theirs now, not ours to restore
+            del bindings[name]
+    wanted: Dict[str, Overrides] = {}
+    carried: Dict[str, List[_Installed]] = {}
+    for entry in entries:
+        for root, chain in sorted(routes.get(entry.attribute, ())):
+            value = real.get(root, namespace.get(root))
+            holder = value
+            for name in chain:
+                holder = getattr(holder, name, None) if inspect.ismodule(holder) else None
+            if not inspect.ismodule(value) or holder is not entry.parent:
+                continue  # not a route to the original
+            wanted.setdefault(root, {})[(chain, entry.attribute)] = entry.replacement
+            carried.setdefault(root, []).append(entry)
+    done: List[Tuple[str, List[_Installed]]] = []
+    for root in sorted(set(wanted) | set(bindings)):
+        binding = bindings.get(root)
+        if root not in wanted:
+            setattr(module, root, binding.was)
+            del bindings[root]
+            continue
+        base = real.get(root, namespace.get(root))
+        view = _module_view(base, wanted[root])
+        if binding is not None and binding.view is view:
+            continue
+        setattr(module, root, view)
+        bindings[root] = _ViewBinding(module, root, base, view)
+        done.append((f"{module_name}.{root} (view of {base.__name__})", carried[root]))
+    if bindings:
+        _view_bindings[id(module)] = bindings
+    else:
+        _view_bindings.pop(id(module), None)
+    if not entries:
+        _view_cache.clear()
+    return done
+
+
+def _sync_views(parent: Any, attribute: str, was: Any, now: Any) -> None:
+    """A view is a snapshot of its real module: when another fix replaces (or restores) an
+    attribute on the real module itself (``grid_sample_everywhere=True``), every view of that
+    module that still shows the old value shows the new one, as the real module does."""
+    for module, view in list(_view_cache.values()):
+        if module is parent and view.__dict__.get(attribute) is was:
+            view.__dict__[attribute] = now
+
+
+def _refresh_all_views() -> None:
+    """``_refresh_views`` over every kornia module that holds a view, after an entry was removed:
+    the views drop its replacement and keep the other fixes' (or give the real module back)."""
+    for bindings in list(_view_bindings.values()):
+        module = next(iter(bindings.values())).module
+        _credit(_refresh_views(module.__name__, module, module.__dict__))
+    if not _kornia_scoped_entries():
+        _view_cache.clear()
+
+
+def _credit(done: List[Tuple[str, List[_Installed]]], installing: Optional[str] = None) -> List[str]:
+    """Record what a refresh rebound in the status of each fix whose entry the view carries;
+    return the lines for the fix being installed (whose status is not registered yet)."""
+    owner = {id(entry): name for name, entry in _kornia_scoped_entries()}
+    lines = []
+    for line, entries in done:
+        for name in sorted({owner.get(id(entry)) for entry in entries} - {None}):
+            if name == installing:
+                lines.append(line)
+                continue
+            status = _statuses.get(name)
+            if status is not None and line not in status.rebound:
+                status.rebound.append(line)
+    return lines
 
 
 def _kornia_scoped_entries() -> List[Tuple[str, _Installed]]:
@@ -459,10 +577,11 @@ def _on_kornia_module_executed(module: Any) -> None:
         if not isinstance(namespace, dict):
             return
         for fix_name, entry in _kornia_scoped_entries():
-            done = _rebind_kornia_scoped(entry, module.__name__, module, namespace)
+            done = _rebind_kornia_aliases(entry, module.__name__, module, namespace)
             status = _statuses.get(fix_name)
             if status is not None:
                 status.rebound.extend(done)
+        _credit(_refresh_views(module.__name__, module, namespace))
 
 
 class _NotifyingLoader:
@@ -657,13 +776,17 @@ def _install(
                 for module_name, module, namespace in _module_items():
                     if _is_kornia_module(module_name):
                         status.rebound.extend(
-                            _rebind_kornia_scoped(entry, module_name, module, namespace, aliases.get(id(module), ()))
+                            _rebind_kornia_aliases(entry, module_name, module, namespace, aliases.get(id(module), ()))
                         )
+                        # One view per module global for every scoped entry installed so far.
+                        status.rebound.extend(_credit(_refresh_views(module_name, module, namespace), installing=fix.name))
                 _watch_kornia_imports()
             else:
                 setattr(parent, attribute, replacement)
                 if inspect.isclass(parent):
                     _forget_torchscript_class(parent)
+                else:
+                    _sync_views(parent, attribute, original, replacement)
             if entry.on_module and scope != SCOPE_KORNIA:
                 for module_name, module, name in index.bindings_of(original):
                     if _is_kornia_module(module_name):
@@ -691,11 +814,15 @@ def _uninstall(name: str, index: Optional[_BindingIndex] = None) -> None:
             # apply(), not only the aliases we rebound ourselves.
             for _, module, attribute in index.bindings_of(entry.replacement):
                 setattr(module, attribute, entry.original)
+            if entry.scope != SCOPE_KORNIA:  # a kornia-scoped one leaves the views in _refresh_all_views
+                _sync_views(entry.parent, entry.attribute, entry.replacement, entry.original)
         elif entry.parent.__dict__.get(entry.attribute) is entry.replacement:
             setattr(entry.parent, entry.attribute, entry.original)
             _forget_torchscript_class(entry.parent)
-        _restore_views(entry)
         _originals_by_replacement.pop(id(entry.replacement), None)
+    if any(entry.scope == SCOPE_KORNIA for entry in entries):
+        # The views lose this fix's replacements and keep every other fix's.
+        _refresh_all_views()
     _installed_options.pop(name, None)
     _unwatch_kornia_imports()
 

@@ -4,7 +4,7 @@ global random stream."""
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import torch
 
@@ -719,3 +719,11 @@ def undistort_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     """(image, intrinsics, radial/tangential coefficients)."""
     dist = torch.tensor([[0.0625, -0.03125, 0.001953125, -0.0009765625]])
     return _in(dtype, _warp_image(86, 1, 2, 12, 10), _depth_camera(), dist)
+
+
+def affine_grid_unit_side(dtype: torch.dtype) -> Tuple[torch.Tensor, List[int], bool]:
+    """(5 3x4 affine matrices near identity, a 5x3x1x3x3 size, align_corners=False): a depth-1
+    volume, RandomAffine3D's upstream test case, where torch's half affine_grid raises."""
+    g = torch.Generator().manual_seed(51)
+    theta = torch.eye(3, 4) + (_rand(g, 5, 3, 4) - 0.5) * 0.1
+    return theta.to(dtype), [5, 3, 1, 3, 3], False

@@ -291,3 +291,218 @@ def test_importing_the_package_imports_neither_torch_nor_kornia():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------------------------
+# Kornia-scoped targets of two fixes on one torch module share one view per kornia global
+
+
+STACKED_MODULE = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def through_f(x):
+    return F.softsign(F.tanhshrink(x))
+
+
+def through_nn(x):
+    return nn.functional.softsign(nn.functional.tanhshrink(x))
+
+
+def through_torch(x):
+    return torch.nn.functional.softsign(torch.nn.functional.tanhshrink(x))
+
+
+def only_softsign(x):
+    return F.softsign(x)
+'''
+STACKED_NAMES = ("stack_lower", "stack_upper")
+REAL_SOFTSIGN, REAL_TANHSHRINK = torch.nn.functional.softsign, torch.nn.functional.tanhshrink
+
+
+def counting_fix(name, attribute, calls):
+    """A fix whose one target is torch.nn.functional.<attribute> for kornia's calls only: the
+    replacement counts its calls, then calls torch's function."""
+
+    def build(original):
+        def replacement(input: torch.Tensor) -> torch.Tensor:
+            calls.append(name)
+            return original(input)
+
+        return replacement
+
+    target = _engine.Target((f"torch.nn.functional:{attribute}",), build, scope=_engine.SCOPE_KORNIA)
+    return _engine.Fix(name=name, targets=(target,))
+
+
+@pytest.fixture
+def stacked(tmp_path, monkeypatch):
+    """Two stand-in fixes (tanhshrink, softsign) and a kornia module reaching both through F, nn
+    and torch; yields (module, calls)."""
+    (tmp_path / "_halfpatch_stacked_module.py").write_text(STACKED_MODULE)
+    monkeypatch.setattr(kornia, "__path__", [*kornia.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "kornia._halfpatch_stacked_module", raising=False)
+    import importlib
+
+    module = importlib.import_module("kornia._halfpatch_stacked_module")
+    calls = []
+    fixes = [counting_fix("stack_lower", "tanhshrink", calls), counting_fix("stack_upper", "softsign", calls)]
+    try:
+        with testing.use_fixes(fixes):
+            yield module, calls
+    finally:
+        sys.modules.pop("kornia._halfpatch_stacked_module", None)
+
+
+def reached(module, calls):
+    """Which fixes' replacements each route of the module reaches now."""
+    x = torch.rand(3)
+    found = {}
+    for function in (module.through_f, module.through_nn, module.through_torch):
+        del calls[:]
+        function(x)
+        found[function.__name__] = sorted(calls)
+    return found
+
+
+def routes_reach(module, calls, names):
+    return reached(module, calls) == {route: sorted(names) for route in ("through_f", "through_nn", "through_torch")}
+
+
+def real_globals(module):
+    return module.F is torch.nn.functional and module.nn is torch.nn and module.torch is torch
+
+
+@needs_old_kornia
+@pytest.mark.parametrize("first", STACKED_NAMES)
+def test_two_fixes_share_one_view_and_either_reverts_alone(stacked, first):
+    module, calls = stacked
+    second = [name for name in STACKED_NAMES if name != first][0]
+    kornia_halfpatch.apply(only=[first])
+    assert routes_reach(module, calls, [first])
+    kornia_halfpatch.apply(only=[second])
+    assert routes_reach(module, calls, STACKED_NAMES)
+    view = module.F
+    assert view.__kornia_halfpatch_view_of__ is torch.nn.functional
+    assert module.torch.nn.functional is module.nn.functional  # one view of F, however it is reached
+    assert torch.nn.functional.softsign is REAL_SOFTSIGN and torch.nn.functional.tanhshrink is REAL_TANHSHRINK
+    for name in (first, second):  # revert either one: the other stays in every route
+        kornia_halfpatch.revert([name])
+        other = [n for n in STACKED_NAMES if n != name]
+        assert routes_reach(module, calls, other), name
+        kornia_halfpatch.apply(only=[name])
+        assert routes_reach(module, calls, STACKED_NAMES), name
+    kornia_halfpatch.revert([first])
+    kornia_halfpatch.revert([second])
+    assert real_globals(module) and reached(module, calls)["through_f"] == []
+    assert _engine._view_bindings == {} and _engine._view_cache == {}
+
+
+@needs_old_kornia
+def test_only_and_exclude_keep_the_other_fixs_view(stacked):
+    module, calls = stacked
+    kornia_halfpatch.apply()
+    assert routes_reach(module, calls, STACKED_NAMES)
+    with kornia_halfpatch.unpatched(["stack_lower"]):
+        assert routes_reach(module, calls, ["stack_upper"])
+    assert routes_reach(module, calls, STACKED_NAMES)
+    kornia_halfpatch.revert()
+    kornia_halfpatch.apply(exclude=["stack_upper"])
+    assert routes_reach(module, calls, ["stack_lower"])
+    with kornia_halfpatch.patched(only=["stack_upper"]):
+        assert routes_reach(module, calls, STACKED_NAMES)
+    assert routes_reach(module, calls, ["stack_lower"])
+    kornia_halfpatch.revert()
+    assert real_globals(module)
+
+
+@needs_old_kornia
+def test_a_view_carries_only_what_its_module_reaches_through_it(stacked):
+    module, calls = stacked
+    kornia_halfpatch.apply()
+    # The module reaches both through F; a global reaching one only would carry that one.
+    assert module.F.softsign is not REAL_SOFTSIGN and module.F.tanhshrink is not REAL_TANHSHRINK
+    assert module.F.relu is torch.nn.functional.relu
+    del calls[:]
+    module.only_softsign(torch.rand(2))
+    assert calls == ["stack_upper"]
+
+
+@needs_old_kornia
+def test_kornia_module_imported_between_two_fixes_gets_both(stacked, tmp_path):
+    module, calls = stacked
+    kornia_halfpatch.apply(only=["stack_lower"])
+    (tmp_path / "_halfpatch_stacked_later.py").write_text(STACKED_MODULE)
+    import importlib
+
+    try:
+        later = importlib.import_module("kornia._halfpatch_stacked_later")
+        assert routes_reach(later, calls, ["stack_lower"])
+        kornia_halfpatch.apply(only=["stack_upper"])
+        assert routes_reach(later, calls, STACKED_NAMES)
+        kornia_halfpatch.revert(["stack_lower"])
+        assert routes_reach(later, calls, ["stack_upper"])
+        kornia_halfpatch.revert()
+        assert real_globals(later)
+    finally:
+        sys.modules.pop("kornia._halfpatch_stacked_later", None)
+
+
+@needs_old_kornia
+def test_each_module_is_disassembled_once_for_every_scoped_fix(stacked, monkeypatch):
+    """One bytecode pass per module: the routes of every kornia-scoped attribute of the registry
+    are read together the first time, so a second fix, a revert and a re-apply read nothing."""
+    module, calls = stacked
+    import dis
+
+    disassembled = []
+    real = dis.get_instructions
+    own = {f.__code__ for f in (module.through_f, module.through_nn, module.through_torch, module.only_softsign)}
+
+    def counting(code, *args, **kwargs):
+        if code in own:
+            disassembled.append(code.co_name)
+        return real(code, *args, **kwargs)
+
+    _engine._routes_cache.pop(id(module.__dict__), None)
+    monkeypatch.setattr(_engine.dis, "get_instructions", counting)
+    kornia_halfpatch.apply(only=["stack_lower"])
+    kornia_halfpatch.apply(only=["stack_upper"])
+    kornia_halfpatch.revert(["stack_lower"])
+    kornia_halfpatch.apply(only=["stack_lower"])
+    assert routes_reach(module, calls, STACKED_NAMES)
+    assert sorted(disassembled) == sorted(code.co_name for code in own)
+
+
+@needs_old_kornia
+def test_a_view_follows_its_module_when_another_fix_patches_the_module_itself(stacked):
+    """grid_sample_everywhere=True replaces torch's function on torch's module: a view made
+    before (a snapshot of the module) must show it too, and the original again after revert."""
+    module, calls = stacked
+    kornia_halfpatch.apply(only=["stack_upper"])
+    view = module.F
+    everywhere_calls = []
+
+    def build(original):
+        def relu(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+            everywhere_calls.append(1)
+            return original(input, inplace)
+
+        return relu
+
+    real_relu = torch.nn.functional.relu
+    everywhere = _engine.Fix(name="everywhere", targets=(_engine.Target(("torch.nn.functional:relu",), build),))
+    _engine._registry_override.append(everywhere)
+    try:
+        kornia_halfpatch.apply(only=["everywhere"])
+        assert torch.nn.functional.relu is not real_relu
+        assert view.relu is torch.nn.functional.relu
+        view.relu(torch.rand(2))
+        assert everywhere_calls == [1]
+        kornia_halfpatch.revert(["everywhere"])
+        assert torch.nn.functional.relu is real_relu and view.relu is real_relu
+    finally:
+        kornia_halfpatch.revert(["everywhere"])
+        _engine._registry_override.remove(everywhere)

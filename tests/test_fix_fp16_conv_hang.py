@@ -93,3 +93,175 @@ print(kornia_halfpatch.is_patched(kornia.filters.filter.filter2d))
     result = run_python(code, env={**ENV, fp16_conv_hang.ENV_FP16_CONV_HANG: "off"}, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["NOT_NEEDED", "False"]
+
+
+# --------------------------------------------------------------------------------------------
+# kornia's own F.conv2d calls (MS_SSIMLoss, blur_pool2d, ...): the kornia-scoped conv2d target
+
+import ast  # noqa: E402
+import inspect  # noqa: E402
+import types  # noqa: E402
+
+import torch.nn.functional as F  # noqa: E402
+
+import kornia  # noqa: E402
+import kornia_halfpatch  # noqa: E402
+from kornia_halfpatch import testing  # noqa: E402
+from support import bitwise_equal  # noqa: E402
+
+REAL_CONV2D = F.conv2d
+
+
+@pytest.fixture
+def conv_replacement(monkeypatch):
+    """The installed kornia-scoped conv2d replacement (workaround forced on)."""
+    monkeypatch.setenv(fp16_conv_hang.ENV_FP16_CONV_HANG, "on")
+    with testing.isolated(only=["fp16_conv_hang"]) as report:
+        assert report.fixes["fp16_conv_hang"].applied, report
+        found = [r for name, target, o, r in testing.installed_targets() if target is fp16_conv_hang.CONV2D_TARGET]
+        assert found, "the conv2d target is not installed"
+        yield found[0]
+
+
+def conv_case(dtype, channels, kh, kw, groups, out=None):
+    g = torch.Generator().manual_seed(7)
+    x = torch.rand(1, channels, 24, 28, generator=g).to(dtype)
+    w = torch.rand(out or channels, channels // groups, kh, kw, generator=g).to(dtype)
+    return x, w
+
+
+def test_conv2d_target_keeps_torch_for_everything_but_hang_prone_float16(conv_replacement):
+    assert F.conv2d is REAL_CONV2D  # torch's module keeps its own
+    # float32/float64, bfloat16, small float16 kernels, one-output-channel kernels: torch's own call
+    for dtype, channels, kh, kw, groups, out in [
+        (torch.float32, 3, 15, 15, 3, None), (torch.float64, 3, 1, 17, 3, None), (torch.bfloat16, 3, 15, 15, 3, None),
+        (torch.float16, 3, 3, 3, 3, None), (torch.float16, 3, 1, 14, 3, None), (torch.float16, 1, 1, 21, 1, None),
+    ]:
+        x, w = conv_case(dtype, channels, kh, kw, groups, out)
+        assert bitwise_equal(conv_replacement(x, w, None, 1, (kh // 2, kw // 2), 1, groups),
+                             REAL_CONV2D(x, w, None, 1, (kh // 2, kw // 2), 1, groups)), (dtype, kh, kw)
+    # hang-prone: float32 convolution of the widened inputs, narrowed once (torch's float16 call
+    # would not return, so the oracle is the float32 one)
+    for channels, kh, kw in [(3, 15, 15), (2, 1, 23), (3, 33, 33), (3, 15, 1)]:
+        x, w = conv_case(torch.float16, channels, kh, kw, channels)
+        bias = torch.rand(channels).half()
+        got = conv_replacement(x, w, bias, 1, (kh // 2, kw // 2), 1, channels)
+        expected = REAL_CONV2D(x.float(), w.float(), bias.float(), 1, (kh // 2, kw // 2), 1, channels).half()
+        assert got.dtype == torch.float16 and bitwise_equal(got, expected), (channels, kh, kw)
+
+
+def test_conv2d_target_scripts_and_compiles_fullgraph(conv_replacement):
+    x, w = conv_case(torch.float16, 3, 15, 15, 3)
+    eager = conv_replacement(x, w, None, 1, 7, 1, 3)
+    scripted = torch.jit.script(conv_replacement)
+    assert bitwise_equal(scripted(x, w, None, 1, 7, 1, 3), eager)
+    assert bitwise_equal(scripted(x.float(), w.float(), None, 1, 7, 1, 3), REAL_CONV2D(x.float(), w.float(), None, 1, 7, 1, 3))
+
+    def caller(x, w):
+        return conv_replacement(x, w, padding=7, groups=3)
+
+    compiled = torch.compile(caller, backend="eager", fullgraph=True)  # dynamo traces it without a break
+    assert bitwise_equal(compiled(x, w), eager)
+
+
+def conv2d_call_sites():
+    """(module, line, chain) of every kornia call whose callee resolves to torch's conv2d through
+    the module's globals (F.conv2d, torch.nn.functional.conv2d, torch.conv2d, a bound name)."""
+    from half_call_sites import _chain, _resolve, kornia_modules
+
+    sites = []
+    for module in kornia_modules():
+        try:
+            tree = ast.parse(inspect.getsource(module))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                chain = _chain(node.func)
+                if chain and kornia_halfpatch.get_original(_resolve(vars(module), chain)) is REAL_CONV2D:
+                    sites.append((module, node.lineno, chain))
+    return sites
+
+
+def _live(namespace, chain):
+    value = namespace.get(chain[0])
+    for name in chain[1:]:
+        value = getattr(value, name, None)
+    return value
+
+
+def test_every_kornia_conv2d_call_site_reaches_the_replacement_and_revert_restores_it(monkeypatch):
+    sites = conv2d_call_sites()
+    found = {module.__name__ for module, _, _ in sites}
+    assert {"kornia.filters.filter", "kornia.filters.blur_pool", "kornia.losses.ms_ssim"} <= found, sorted(found)
+    monkeypatch.setenv(fp16_conv_hang.ENV_FP16_CONV_HANG, "on")
+    with testing.isolated(only=["grid_sample_cpu", "fp16_conv_hang"]) as report:
+        assert report.fixes["fp16_conv_hang"].applied
+        replacement = [r for _, target, _, r in testing.installed_targets() if target is fp16_conv_hang.CONV2D_TARGET][0]
+        missed = [f"{m.__name__}:{line} {'.'.join(chain)}" for m, line, chain in sites
+                  if _live(vars(m), chain) is not replacement]
+        assert missed == [], missed
+        # The other fix's kornia-scoped grid_sample stays where it was, in the same views.
+        imgwarp = kornia.geometry.transform.imgwarp
+        assert imgwarp.F.grid_sample is not F.grid_sample
+        kornia_halfpatch.revert(["fp16_conv_hang"])
+        assert all(_live(vars(m), chain) is REAL_CONV2D for m, _, chain in sites)
+        assert imgwarp.F.grid_sample is not F.grid_sample and kornia.losses.ms_ssim.F is F
+
+
+MS_SSIM_AND_BLUR_POOL = """
+import torch, kornia, kornia_halfpatch
+from torch.overrides import TorchFunctionMode
+import torch.nn.functional as F
+report = kornia_halfpatch.apply(only=["fp16_conv_hang"])
+assert report.fixes["fp16_conv_hang"].applied, report
+g = torch.Generator().manual_seed(0)
+a, b = torch.rand(1, 3, 64, 64, generator=g).half(), torch.rand(1, 3, 64, 64, generator=g).half()
+x = torch.rand(1, 3, 40, 48, generator=g).half()
+got_loss = kornia.losses.MS_SSIMLoss().half()(a, b)          # 33x33 depthwise masks: hangs unpatched
+got_pool = kornia.filters.max_blur_pool2d(x, 15)              # 15x15 depthwise blur: hangs unpatched
+
+class WidenDepthwise(TorchFunctionMode):
+    # The oracle: unpatched kornia with each depthwise float16 conv2d computed by torch in float32
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.conv2d and args[0].dtype == torch.float16 and args[1].shape[1] == 1 and args[1].shape[0] > 1 \\
+                and max(args[1].shape[-2:]) >= 15:
+            wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+            wide_kwargs = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+            return func(*wide, **wide_kwargs).half()
+        return func(*args, **kwargs)
+
+with kornia_halfpatch.unpatched(), WidenDepthwise():
+    want_loss = kornia.losses.MS_SSIMLoss().half()(a, b)
+    want_pool = kornia.filters.max_blur_pool2d(x, 15)
+assert got_loss.dtype == want_loss.dtype == torch.float16
+assert torch.equal(got_loss, want_loss) or (got_loss.isnan() and want_loss.isnan()), (got_loss, want_loss)
+assert torch.equal(torch.nan_to_num(got_pool), torch.nan_to_num(want_pool)) and got_pool.dtype == torch.float16
+print("returned")
+"""
+
+
+def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
+    try:
+        result = run_python(MS_SSIM_AND_BLUR_POOL, env={**ENV, fp16_conv_hang.ENV_FP16_CONV_HANG: "on"}, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("float16 MS_SSIMLoss / max_blur_pool2d did not return within 240 s with the workaround on")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "returned" in result.stdout
+
+
+def test_a_non_tensor_argument_gets_kornias_own_error(monkeypatch):
+    """The generated wrapper reads .dtype only of a tensor: kornia's own check raises, as unpatched
+    (kornia's TestFilter2D::test_exception in float32)."""
+    monkeypatch.setenv(fp16_conv_hang.ENV_FP16_CONV_HANG, "on")
+    kernel = torch.ones(1, 3, 3)
+    with kornia_halfpatch.unpatched():
+        with pytest.raises(Exception) as unpatched_error:
+            kornia.filters.filter2d(1, kernel)
+    with testing.isolated(only=["fp16_conv_hang"]):
+        assert kornia_halfpatch.is_patched(kornia.filters.filter.filter2d)
+        with pytest.raises(Exception) as patched_error:
+            kornia.filters.filter2d(1, kernel)
+    assert type(patched_error.value) is type(unpatched_error.value)
+    assert str(patched_error.value) == str(unpatched_error.value)

@@ -15,6 +15,12 @@ orientations, any channel count) because the range was measured on two input siz
 hang cannot be caught from Python: a few more convolutions in float32 cost little, a missed one
 hangs the program. bfloat16 (its own, returning kernels), float32 and float64 call the original.
 
+Every other kornia ``F.conv2d`` call (``MS_SSIMLoss``'s 33x33 masks, ``blur_pool2d``/
+``max_blur_pool2d`` with a kernel of 15 or more, measured hanging; modules imported later) goes
+through a kornia-scoped ``torch.nn.functional.conv2d`` replacement (the engine's module views,
+shared with grid_sample_cpu's): a float16 CPU convolution with one input channel per group, two or
+more outputs and a side >= 15 runs in float32, narrowed once; every other call is torch's own.
+
 Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]`` (torch 2.13; an older
 torch without it counts as "no flag"). ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the
 choice (default ``auto``), so the workaround can be exercised on any CPU.
@@ -23,11 +29,12 @@ choice (default ``auto``), so the workaround can be exercised on any CPU.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
+from torch._jit_internal import BroadcastingList2
 
-from .._model import Finding, Fix, Promote, bug_present, not_needed
+from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
 
 ENV_FP16_CONV_HANG = "KORNIA_HALFPATCH_FP16_CONV_HANG"
 MODES = ("auto", "on", "off")
@@ -85,6 +92,61 @@ PYRAMID_ROW = Promote(
 )
 
 
+def hang_prone_conv(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """A float16 CPU convolution whose weight has one input channel per group and two or more
+    output channels (depthwise: filter2d, blur_pool2d, MS_SSIM's masks; measured hanging with
+    2 and 3 channels, returning with 1) and a side of HANG_KERNEL_SIDE or more."""
+    return (
+        input.dtype == torch.float16
+        and weight.dtype == torch.float16
+        and input.device.type == "cpu"
+        and weight.dim() == 4
+        and weight.shape[1] == 1
+        and weight.shape[0] >= 2
+        # 15 is HANG_KERNEL_SIDE, written out: TorchScript rejects a closed-over int global
+        and (weight.shape[-1] >= 15 or weight.shape[-2] >= 15)
+    )
+
+
+def build_conv2d(original: Any) -> Any:
+    """``F.conv2d`` as kornia's code calls it: a hang-prone float16 convolution runs in float32
+    (inputs widened exactly) and its output is narrowed once; every other call is torch's own.
+    A plain annotated function (``BroadcastingList2`` as torch's own functional signatures use),
+    so TorchScript compiles the kornia functions that call it and dynamo inlines it."""
+
+    def conv2d(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor] = None,
+        stride: BroadcastingList2[int] = 1,
+        padding: BroadcastingList2[int] = 0,
+        dilation: BroadcastingList2[int] = 1,
+        groups: int = 1,
+    ) -> torch.Tensor:
+        if hang_prone_conv(input, weight):
+            wide_bias: Optional[torch.Tensor] = None
+            if bias is not None:
+                wide_bias = bias.float()
+            return original(input.float(), weight.float(), wide_bias, stride, padding, dilation, groups).to(torch.float16)
+        return original(input, weight, bias, stride, padding, dilation, groups)
+
+    conv2d.__doc__ = original.__doc__
+    return conv2d
+
+
+# kornia's other float16 depthwise convolutions with a side >= 15, measured hanging here:
+# MS_SSIMLoss (33x33 Gaussian masks by default, one group per channel), blur_pool2d/
+# max_blur_pool2d with a kernel of 15 or more; and whatever calls F.conv2d in a release or a
+# module imported later. Kornia's calls only: the module views of the engine.
+CONV2D_TARGET = Target(
+    ("torch.nn.functional:conv2d",),
+    build_conv2d,
+    scope=SCOPE_KORNIA,
+    reason="float16 depthwise conv2d with a kernel side >= 15 never returns in oneDNN on avx512_fp16 CPUs: "
+    "kornia's calls (MS_SSIMLoss, blur_pool2d, ...) convolve in float32, narrowed once",
+)
+
+
 def probe(originals: Sequence[Any]) -> Finding:
     """No convolution is run: a probe that hits the bug never returns."""
     chosen = mode()
@@ -101,7 +163,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="fp16_conv_hang",
-    targets=(FILTER_ROW, PYRAMID_ROW),
+    targets=(FILTER_ROW, PYRAMID_ROW, CONV2D_TARGET),
     probe=probe,
     demonstration="kornia_halfpatch.demos.fp16_conv_hang:demonstrate",
 )

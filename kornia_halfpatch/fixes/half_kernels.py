@@ -18,6 +18,10 @@ cubic roots) are ill-conditioned. The half result is therefore the release's own
 narrowed, bitwise on CPU. float32/float64, and half tensors on other devices (CUDA has kernels),
 call the original unchanged.
 
+Two torch ops are promoted for kornia's calls only (engine module views, shared with
+grid_sample_cpu's): ``affine_grid`` where torch raises for a side of 1 (RandomAffine3D on depth-1
+volumes), and ``torch.inverse`` (HomographyTracker's stored half homography).
+
 Three methods take no tensor argument (the matrix is a parameter or attribute of ``self``):
 ``PinholeCamera.intrinsics_inverse``, ``Homography.forward_inverse`` and
 ``Similarity.forward_inverse``. Their replacements invert the half matrix in float32 and narrow
@@ -26,11 +30,11 @@ once, written out by hand (each is one line in every release).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 
-from .._model import Finding, Fix, Promote, Target, bug_present, not_needed
+from .._model import SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, not_needed
 from ._common import like
 
 CPU = "cpu"
@@ -47,6 +51,30 @@ SVD = "linalg.svd has no half CPU kernel"
 EIGH = "linalg.eigh has no half CPU kernel"
 DET = "det has no half CPU kernel (lu_cpu)"
 QR = "linalg.qr has no half CPU kernel (geqrf_cpu)"
+
+def has_unit_side(size: List[int]) -> bool:
+    """An ``affine_grid`` output size with a spatial side of 1: torch builds that side's
+    coordinates with ``at::tensor(0)``, which has no half CPU kernel ("tensor_cpu")."""
+    for side in size[2:]:
+        if side == 1:
+            return True
+    return False
+
+
+# kornia's affine_grid calls (warp_affine3d, so RandomAffine3D on a depth-1 volume; 2-D warps
+# to a one-pixel row or column): torch raises "tensor_cpu" not implemented for half when a side
+# of the output is 1. Only those calls take the float32 grid, narrowed once (every other half
+# call keeps torch's half grid bit for bit): kornia-scoped, stacked on grid_sample_cpu's views.
+AFFINE_GRID_ROW = PromoteForKornia(
+    "torch.nn.functional:affine_grid",
+    "affine_grid has no half CPU kernel for a side of 1 ('tensor_cpu', at::tensor(0)): kornia's grid for such a "
+    "size in float32, narrowed once",
+    device=CPU,
+    guard=f"{__name__}:has_unit_side",
+    guard_arguments=("size",),
+    expects_parameters=("theta", "size"),
+    example=f"{EXAMPLES}:affine_grid_unit_side",
+)
 
 ROWS = (
     _row("kornia.filters.guided:_guided_blur_multichannel_guidance",
@@ -216,6 +244,31 @@ def build_so2_inverse(original: Any) -> Any:
     return like(inverse, original)
 
 
+def build_torch_inverse(original: Any) -> Any:
+    """``torch.inverse`` as kornia's code calls it: a half CPU matrix (which torch refuses) is
+    inverted in float32 and narrowed once, right after the op; everything else is torch's call.
+    The only kornia caller that still hands it a half tensor is ``HomographyTracker.
+    track_next_frame`` (its stored homography is in the user's dtype, and the method is
+    stateful); the other callers are promoted whole by rows or cast first."""
+
+    def inverse(input: torch.Tensor) -> torch.Tensor:
+        if (input.dtype == torch.float16 or input.dtype == torch.bfloat16) and input.device.type == "cpu":
+            return original(input.float()).to(input.dtype)
+        return original(input)
+
+    inverse.__doc__ = original.__doc__
+    return inverse
+
+
+# torch.inverse for kornia's calls only (module views of ``torch``, stacked with any other view).
+TORCH_INVERSE_TARGET = Target(
+    ("torch:inverse",),
+    build_torch_inverse,
+    scope=SCOPE_KORNIA,
+    reason=f"{INVERSE}: kornia's half CPU torch.inverse calls (HomographyTracker.track_next_frame's prewarp) "
+    "in float32, narrowed once",
+)
+
 METHOD_TARGETS = (
     Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
            reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
@@ -248,7 +301,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="half_kernels",
-    targets=ROWS + METHOD_TARGETS,
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,),
     probe=probe,
     demonstration="kornia_halfpatch.demos.half_kernels:demonstrate",
 )
