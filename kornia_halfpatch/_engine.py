@@ -132,6 +132,9 @@ class _Installed:
     scope: str = SCOPE_EVERYWHERE
     views: List[Tuple[Any, str, Any, Any]] = field(default_factory=list)  # (module, global, was, view)
     view_cache: Dict[int, Any] = field(default_factory=dict)  # id(viewed module) -> its view
+    # A class attribute the class only inherited (cpu_half's per-class nn.Module._call_impl):
+    # revert deletes it from the class instead of writing the base's function into it.
+    inherited: bool = False
 
     @property
     def on_module(self) -> bool:
@@ -661,6 +664,8 @@ def _install(
                         )
                 _watch_kornia_imports()
             else:
+                if inspect.isclass(parent):
+                    entry.inherited = attribute not in parent.__dict__
                 setattr(parent, attribute, replacement)
                 if inspect.isclass(parent):
                     _forget_torchscript_class(parent)
@@ -692,7 +697,10 @@ def _uninstall(name: str, index: Optional[_BindingIndex] = None) -> None:
             for _, module, attribute in index.bindings_of(entry.replacement):
                 setattr(module, attribute, entry.original)
         elif entry.parent.__dict__.get(entry.attribute) is entry.replacement:
-            setattr(entry.parent, entry.attribute, entry.original)
+            if entry.inherited:
+                delattr(entry.parent, entry.attribute)
+            else:
+                setattr(entry.parent, entry.attribute, entry.original)
             _forget_torchscript_class(entry.parent)
         _restore_views(entry)
         _originals_by_replacement.pop(id(entry.replacement), None)
@@ -733,11 +741,12 @@ def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Option
     key = (id(fix), kornia_version, tuple(id(original) for original in originals))
     cached = _findings.get(key)
     # The fix and originals are kept with the finding, so their ids cannot be reused meanwhile.
-    if cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
+    if fix.probe_cache and cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
         finding = cached[2]
     else:
         finding = fix.probe(originals)
-        _findings[key] = (fix, tuple(originals), finding)
+        if fix.probe_cache:
+            _findings[key] = (fix, tuple(originals), finding)
     if not finding.needed:
         return None, finding
     known = kornia_version in environment.KNOWN_KORNIA_RELEASES

@@ -19,6 +19,7 @@ FIX_NAMES = (
     "half_kernels",
     "half_dtypes",
     "fp16_conv_hang",
+    "cpu_half",
 )
 
 
