@@ -288,10 +288,11 @@ def describe() -> str:
 _cache: "weakref.WeakKeyDictionary[torch.nn.Module, Tuple[Tuple[Any, ...], Dict[str, torch.Tensor]]]" = weakref.WeakKeyDictionary()
 
 
-def cached_float32_bytes() -> int:
-    """Extra memory held by the cached float32 copies, all modules together."""
+def cached_float32_bytes(module: Optional[torch.nn.Module] = None) -> int:
+    """Extra memory held by the cached float32 copies: of ``module``, or of all modules."""
     total = 0
-    for _, state in list(_cache.values()):
+    entries = list(_cache.values()) if module is None else [e for e in [_cache.get(module)] if e is not None]
+    for _, state in entries:
         seen = set()
         for tensor in state.values():
             if tensor.dtype == torch.float32 and id(tensor) not in seen:
