@@ -324,9 +324,10 @@ def test_pipelines_reach_their_networks_in_float32(float32_mode):
     finally:
         for hook in hooks:
             hook.remove()
-    assert descriptors.dtype == torch.float16
     assert seen["KeyNet"] == (torch.float32, torch.float32)
-    if descriptors.shape[1]:  # patches were described and shaped
+    if descriptors.shape[1]:  # patches were described and shaped (0.7.0's untrained KeyNet finds
+        # none here, and the release returns its empty descriptor tensor in float32)
+        assert descriptors.dtype == torch.float16
         assert seen["HardNet"] == (torch.float32, torch.float32)
         assert seen["LAFAffNetShapeEstimator"] == (torch.float32, torch.float32)
 
