@@ -130,6 +130,9 @@ class _Installed:
     path: str
     aliases: List[Tuple[Any, str]] = field(default_factory=list)  # (module, attribute)
     scope: str = SCOPE_EVERYWHERE
+    # A class attribute the class only inherited (cpu_half's per-class nn.Module._call_impl):
+    # revert deletes it from the class instead of writing the base's function into it.
+    inherited: bool = False
 
     @property
     def on_module(self) -> bool:
@@ -782,6 +785,8 @@ def _install(
                         status.rebound.extend(_credit(_refresh_views(module_name, module, namespace), installing=fix.name))
                 _watch_kornia_imports()
             else:
+                if inspect.isclass(parent):
+                    entry.inherited = attribute not in parent.__dict__
                 setattr(parent, attribute, replacement)
                 if inspect.isclass(parent):
                     _forget_torchscript_class(parent)
@@ -817,7 +822,10 @@ def _uninstall(name: str, index: Optional[_BindingIndex] = None) -> None:
             if entry.scope != SCOPE_KORNIA:  # a kornia-scoped one leaves the views in _refresh_all_views
                 _sync_views(entry.parent, entry.attribute, entry.replacement, entry.original)
         elif entry.parent.__dict__.get(entry.attribute) is entry.replacement:
-            setattr(entry.parent, entry.attribute, entry.original)
+            if entry.inherited:
+                delattr(entry.parent, entry.attribute)
+            else:
+                setattr(entry.parent, entry.attribute, entry.original)
             _forget_torchscript_class(entry.parent)
         _originals_by_replacement.pop(id(entry.replacement), None)
     if any(entry.scope == SCOPE_KORNIA for entry in entries):
@@ -860,11 +868,12 @@ def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Option
     key = (id(fix), kornia_version, tuple(id(original) for original in originals))
     cached = _findings.get(key)
     # The fix and originals are kept with the finding, so their ids cannot be reused meanwhile.
-    if cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
+    if fix.probe_cache and cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
         finding = cached[2]
     else:
         finding = fix.probe(originals)
-        _findings[key] = (fix, tuple(originals), finding)
+        if fix.probe_cache:
+            _findings[key] = (fix, tuple(originals), finding)
     if not finding.needed:
         return None, finding
     known = kornia_version in environment.KNOWN_KORNIA_RELEASES

@@ -81,8 +81,12 @@ def env_list(name: str) -> Optional[Tuple[str, ...]]:
 # module (which imports torch).
 ENV_GRID_SAMPLE_WORKAROUND = "KORNIA_HALFPATCH_GRID_SAMPLE_WORKAROUND"
 
+# How kornia's learned modules compute float16 on CPU: auto, native or float32 (see
+# kornia_halfpatch.fixes.cpu_half). apply(cpu_half=...) beats it; a bad value warns and means auto.
+ENV_CPU_HALF = "KORNIA_HALFPATCH_CPU_HALF"
+
 # Environment variables that set a fix's option: apply() validates them before it does anything.
-FIX_OPTION_ENV_VARS = (ENV_GRID_SAMPLE_WORKAROUND,)
+FIX_OPTION_ENV_VARS = (ENV_GRID_SAMPLE_WORKAROUND, ENV_CPU_HALF)
 
 
 def env_set(name: str) -> bool:

@@ -229,6 +229,9 @@ class Fix:
     validate_options: Optional[Callable[[Dict[str, Any]], None]] = None
     when_absent: Optional[Callable[[], Finding]] = None
     describe: Optional[Callable[[], str]] = None
+    # False for a probe whose answer depends on more than the originals (an apply() option or
+    # an environment variable read at each apply(): cpu_half's mode): the engine asks it every time.
+    probe_cache: bool = True
 
     def __post_init__(self) -> None:
         expanded = tuple(t.target() if isinstance(t, ROW_KINDS) else t for t in self.targets)

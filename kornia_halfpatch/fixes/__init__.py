@@ -21,6 +21,7 @@ FIX_NAMES = (
     "augmentation",
     "fp16_conv_hang",
     "warp_geometry",
+    "cpu_half",
 )
 
 
