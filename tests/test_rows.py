@@ -111,14 +111,16 @@ def narrowed(out, dtype, rules):
     if isinstance(out, tuple):
         rules = rules or ("narrow",) * len(out)
         return tuple(narrowed(o, dtype, (rule,)) for o, rule in zip(out, rules))
+    if isinstance(out, list):  # a list of tensors (ScalePyramid's levels): one rule for every item
+        return [narrowed(o, dtype, rules) for o in out]
     if isinstance(out, torch.Tensor) and out.is_floating_point() and (not rules or rules[0] != FLOAT32):
         return out.to(dtype)
     return out
 
 
 def same(a, b):
-    if isinstance(a, tuple):
-        return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and bitwise_equal(a, b)
     return a == b
