@@ -361,7 +361,9 @@ def promote_wrapper(
         if classify(result) == OTHER and rules[0] == NARROW:
             raise UnsupportedSignature(f"{function.__qualname__}: result annotation {result!r} is not a tensor")
         result_source = narrowed("_halfpatch_out", result, rules[0])
-    condition = dtype_condition(trigger, half)
+    # isinstance first: a caller passing a non-tensor gets the original's own error (kornia's
+    # "Not a Tensor type" checks), not an AttributeError from reading .dtype here.
+    condition = f"isinstance({trigger}, torch.Tensor) and ({dtype_condition(trigger, half)})"
     if device is not None:
         condition = f"({condition}) and {trigger}.device.type == {device!r}"
     if guard is not None:

@@ -166,6 +166,32 @@ def test_half_is_the_original_on_widened_inputs_narrowed_once(installed):
 
 
 @rows()
+def test_a_non_tensor_input_gets_the_originals_own_error(installed):
+    """kornia's own "Not a Tensor type" checks: a list where the trigger tensor goes must reach the
+    original (its error, type and message), not fail in the wrapper's dtype test."""
+    original, replacement, target = installed
+    row = target.row
+    if not isinstance(row, _model.Promote):
+        pytest.skip("not a promotion row")
+    args = list(example_factory(target)(torch.float32))
+    names = list(inspect.signature(original).parameters)
+    if row.trigger is not None:
+        index = names.index(row.trigger)
+    else:
+        index = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+    args[index] = args[index].tolist()
+
+    def outcome(function):
+        try:
+            function(*args)
+        except Exception as exc:  # noqa: BLE001 - the error itself is what is compared
+            return type(exc), str(exc)
+        return None
+
+    assert outcome(replacement) == outcome(original)
+
+
+@rows()
 def test_revert_puts_the_original_back_in_every_alias(installed):
     original, replacement, target = installed
     (parent, attribute, current, _), _ = _engine._resolve(target)
