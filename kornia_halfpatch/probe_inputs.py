@@ -579,3 +579,15 @@ def laf_call(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     """Two sheared, rotated LAFs (1, 2, 2, 3) with centres near 300 px."""
     laf = torch.tensor([[[[4.0, 1.0, 310.0], [0.5, 3.0, 12.0]], [[2.5, -1.5, 40.0], [1.25, 6.0, 290.0]]]])
     return _in(dtype, laf)
+
+
+def lab_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """L in [0, 100], a and b in [-60, 60], on bfloat16's grid."""
+    g = torch.Generator().manual_seed(67)
+    lab = torch.cat([100 * _rand(g, 1, 1, 8, 8), 120 * _rand(g, 1, 2, 8, 8) - 60], dim=1).bfloat16().float()
+    return _in(dtype, lab)
+
+
+def ramp_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """A (1, 1, 10, 10) ramp over [0, 1] (otsu_threshold's histogram)."""
+    return _in(dtype, torch.linspace(0, 1, 100).view(1, 1, 10, 10).bfloat16().float())

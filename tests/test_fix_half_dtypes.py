@@ -61,6 +61,8 @@ def api_cases():
         "lovasz_softmax_loss": lambda d: K.losses.lovasz_softmax_loss(*inputs.lovasz_softmax_call(d)),
         "RandomPlanckianJitter": lambda d: _seeded(K.augmentation.RandomPlanckianJitter(p=1.0), inputs.rgb_image(d)[0]),
         "rgb_to_luv": lambda d: K.color.rgb_to_luv(*inputs.black_rgb_image(d)),
+        "rgb_to_lab": lambda d: K.color.rgb_to_lab(*inputs.rgb_image(d)),
+        "lab_to_rgb": lambda d: K.color.lab_to_rgb(*inputs.lab_image(d)),
         "ssim3d": lambda d: K.metrics.ssim3d(*inputs.volume_pair_window(d)),
         "ssim3d_loss": lambda d: K.losses.ssim3d_loss(*inputs.volume_pair_window(d)),
         "histogram": lambda d: K.enhance.histogram(*inputs.histogram_far_call(d)),
@@ -74,6 +76,8 @@ def api_cases():
         "denormalize_homography": lambda d: K.geometry.conversions.denormalize_homography(
             *inputs.normalize_homography_call(d)[:1], (3, 5), (4, 6)),
     }
+    if hasattr(K.filters, "otsu_threshold"):  # 0.8.x
+        cases["otsu_threshold"] = lambda d: K.filters.otsu_threshold(*inputs.ramp_image(d))
     return cases
 
 
@@ -142,7 +146,7 @@ def test_promoted_functions_are_bitwise_the_release_float32_narrowed():
     """Where the public function is the row itself, no tolerance: bitwise."""
     for name in ("rgb_to_hls", "rgb_to_hsv", "hsv_to_rgb", "equalize", "ssim", "get_tps_transform",
                  "get_gaussian_discrete_kernel1d tensor sigma", "get_gaussian_discrete_kernel1d dtype",
-                 "rgb_to_luv", "ssim3d", "histogram", "histogram2d", "make_upright", "ScalePyramid", "MKDDescriptor",
+                 "rgb_to_luv", "rgb_to_lab", "lab_to_rgb", "ssim3d", "histogram", "histogram2d", "make_upright", "ScalePyramid", "MKDDescriptor",
                  "normalize_homography", "denormalize_homography"):
         case = api_cases()[name]
         with testing.isolated(only=["half_dtypes"]):

@@ -44,6 +44,12 @@ ROWS = (
     _row("kornia.color.luv:rgb_to_luv",
          "black pixels: eps=1e-12 is 0 in float16, so u, v = 0/0 = NaN (bfloat16: 2.75 off); in float32",
          "black_rgb_image"),
+    _row("kornia.color.lab:rgb_to_lab",
+         "the XYZ cube root and the L*a*b* differences of nearby values cancel in half (0.31 off in float16, "
+         "2.8 in bfloat16): in float32", "rgb_image"),
+    _row("kornia.color.lab:lab_to_rgb",
+         "the inverse cube and the sRGB gamma of L up to 100 lose many half steps (0.027 off in float16, 0.12 "
+         "in bfloat16): in float32", "lab_image"),
     _row("kornia.color.gray:rgb_to_grayscale",
          "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
          "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)", "rgb_image"),
@@ -79,6 +85,9 @@ ROWS = (
     _row("kornia.filters.canny:canny",
          "float16: 'expected scalar type Float but found Half' (a float32 kernel meets the half image); "
          "bfloat16 refused by rgb_to_grayscale: edges and magnitudes in float32, narrowed once", "rgb_image"),
+    _row("kornia.filters.otsu_thresholding:otsu_threshold",
+         "0.8.x: the class weights and means are cumulative sums of a 256-bin histogram in half; the "
+         "between-class variance picks a threshold 0.5 off: in float32", "ramp_image"),
     _row("kornia.feature.responses:gftt_response",
          "the smallest eigenvalue (a+c)/2 - sqrt(((a-c)/2)^2 + b^2) of the structure tensor cancels in half",
          "single_channel_image"),
