@@ -51,7 +51,8 @@ class UnsupportedSignature(TypeError):
 
 def _widen(x: torch.Tensor) -> torch.Tensor:
     # Widening half to float32 is exact: the original then computes on the very same values.
-    if x.dtype == torch.float16 or x.dtype == torch.bfloat16:
+    # A non-tensor passes through untouched to the original, which raises its own error.
+    if isinstance(x, torch.Tensor) and (x.dtype == torch.float16 or x.dtype == torch.bfloat16):
         return x.float()
     return x
 
