@@ -727,3 +727,115 @@ def affine_grid_unit_side(dtype: torch.dtype) -> Tuple[torch.Tensor, List[int], 
     g = torch.Generator().manual_seed(51)
     theta = torch.eye(3, 4) + (_rand(g, 5, 3, 4) - 0.5) * 0.1
     return theta.to(dtype), [5, 3, 1, 3, 3], False
+
+
+def _textured_image(seed: int, height: int, width: int) -> torch.Tensor:
+    """A (1, 1, H, W) image of smooth blobs on a ramp (detectors find features on it), on
+    bfloat16's grid so every half dtype holds it exactly."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(height, dtype=torch.float32).view(height, 1)
+    x = torch.arange(width, dtype=torch.float32).view(1, width)
+    image = 0.2 * x / width
+    for _ in range(12):
+        cy, cx = (torch.rand(2, generator=g) * torch.tensor([height, width])).tolist()
+        sigma = 2.0 + 4.0 * torch.rand(1, generator=g).item()
+        image = image + 0.6 * torch.exp(-((y - cy) ** 2 + (x - cx) ** 2) / (2 * sigma**2))
+    return (image / image.max()).view(1, 1, height, width).bfloat16().float()
+
+
+def scale_space_detect_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(ScaleSpaceDetector(24), a textured (1, 1, 64, 80) image, 24 features)."""
+    from kornia.feature import ScaleSpaceDetector
+
+    return ScaleSpaceDetector(24), _textured_image(60, 64, 80).to(dtype), 24
+
+
+def scale_pyramid_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    """(ScalePyramid(3, 1.6, 15), a textured (1, 1, 64, 80) image): three octaves."""
+    from kornia.geometry.transform import ScalePyramid
+
+    return ScalePyramid(3, 1.6, 15), _textured_image(61, 64, 80).to(dtype)
+
+
+def mkd_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    """(MKDDescriptor(32, whitening=None), three (1, 32, 32) patches): no whitening weights
+    (they are a download)."""
+    from kornia.feature import MKDDescriptor
+
+    g = torch.Generator().manual_seed(62)
+    return MKDDescriptor(32, whitening=None), _in(dtype, _rand(g, 3, 1, 32, 32))[0]
+
+
+def normalize_homography_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a shift + shear along x that keeps the row, source (1, 5), destination (1, 6)): single-row
+    images, as warp_perspective normalises them."""
+    homography = torch.tensor([[[1.0, 0.25, 1.5], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])
+    return homography.to(dtype), (1, 5), (1, 6)
+
+
+class _TinyResponse(torch.nn.Module):
+    """A learned-looking response model with a weight (3x3 conv, fixed values), so the half module
+    has half parameters as a converted KeyNet does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 1, 3, padding=1, bias=False)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.tensor([[[[0.0, -0.25, 0.0], [-0.25, 1.0, -0.25], [0.0, -0.25, 0.0]]]]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).abs()
+
+
+def single_level_detection_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a MultiResolutionDetector with a one-conv response in ``dtype``, a textured (1, 1, 300, 280)
+    image, 40 points, level factor (1.2, 1.2)): pixel positions times 1.2 above 256 px, where
+    bfloat16 steps by 2."""
+    from kornia.feature import MultiResolutionDetector
+
+    module = MultiResolutionDetector(_TinyResponse(), 40).to(dtype if dtype in (torch.float16, torch.bfloat16) else dtype)
+    return module, _textured_image(63, 300, 280).to(dtype), 40, (1.2, 1.2)
+
+
+def black_rgb_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """A (1, 3, 4, 4) image whose lower half is black (rgb_to_luv divides by X + 15Y + 3Z)."""
+    image = _rand(torch.Generator().manual_seed(64), 1, 3, 4, 4)
+    image[..., 2:, :] = 0.0
+    return _in(dtype, image)
+
+
+def volume_pair_window(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(two close (1, 1, 4, 16, 16) volumes, window 5)."""
+    g = torch.Generator().manual_seed(65)
+    first = _rand(g, 1, 1, 4, 16, 16)
+    second = (first + 0.05 * _rand(g, 1, 1, 4, 16, 16)).clamp(0, 1).bfloat16().float()
+    return _in(dtype, first, second) + (5,)
+
+
+def histogram_far_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(64 values in [0, 0.1], 8 bins over [0.5, 1], bandwidth 0.01): every value far from every bin."""
+    values = _rand(torch.Generator().manual_seed(66), 1, 64) * 0.1
+    return _in(dtype, values, torch.linspace(0.5, 1.0, 8), torch.tensor(0.01))
+
+
+def histogram2d_far_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    values, bins, bandwidth = histogram_far_call(dtype)
+    return values, values.flip(-1), bins, bandwidth
+
+
+def laf_call(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """Two sheared, rotated LAFs (1, 2, 2, 3) with centres near 300 px."""
+    laf = torch.tensor([[[[4.0, 1.0, 310.0], [0.5, 3.0, 12.0]], [[2.5, -1.5, 40.0], [1.25, 6.0, 290.0]]]])
+    return _in(dtype, laf)
+
+
+def lab_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """L in [0, 100], a and b in [-60, 60], on bfloat16's grid."""
+    g = torch.Generator().manual_seed(67)
+    lab = torch.cat([100 * _rand(g, 1, 1, 8, 8), 120 * _rand(g, 1, 2, 8, 8) - 60], dim=1).bfloat16().float()
+    return _in(dtype, lab)
+
+
+def ramp_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """A (1, 1, 10, 10) ramp over [0, 1] (otsu_threshold's histogram)."""
+    return _in(dtype, torch.linspace(0, 1, 100).view(1, 1, 10, 10).bfloat16().float())

@@ -111,14 +111,16 @@ def narrowed(out, dtype, rules):
     if isinstance(out, tuple):
         rules = rules or ("narrow",) * len(out)
         return tuple(narrowed(o, dtype, (rule,)) for o, rule in zip(out, rules))
+    if isinstance(out, list):  # a list of tensors (ScalePyramid's levels): one rule for every item
+        return [narrowed(o, dtype, rules) for o in out]
     if isinstance(out, torch.Tensor) and out.is_floating_point() and (not rules or rules[0] != FLOAT32):
         return out.to(dtype)
     return out
 
 
 def same(a, b):
-    if isinstance(a, tuple):
-        return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and bitwise_equal(a, b)
     return a == b
@@ -161,6 +163,42 @@ def test_half_is_the_original_on_widened_inputs_narrowed_once(installed):
         except (RuntimeError, NotImplementedError):
             continue
         assert same(replacement(*args), expected), name
+
+
+@rows()
+def test_a_non_tensor_input_gets_the_originals_own_error(installed):
+    """kornia's own "Not a Tensor type" checks: a list where the trigger tensor goes must reach the
+    original (its error, type and message), not fail in the wrapper's dtype test."""
+    original, replacement, target = installed
+    row = target.row
+    if not isinstance(row, _model.Promote):
+        pytest.skip("not a promotion row")
+    example = list(example_factory(target)(HALF_DTYPE_NAMES[row.half[0]]))
+
+    def outcome(function, args):
+        try:
+            function(*args)
+        except Exception as exc:  # noqa: BLE001 - the error itself is what is compared
+            return type(exc), str(exc)
+        return None
+
+    # every tensor argument in turn (the trigger, or another one the wrapper would widen), with
+    # the others in a half dtype so the wrapper takes its float32 path where it can. Rows with a
+    # guard: the trigger only (a guard reads its own arguments' shapes; see the report of dtypes2).
+    tensors = [i for i, a in enumerate(example) if isinstance(a, torch.Tensor)]
+    if row.guard is not None:
+        names = list(inspect.signature(original).parameters)
+        tensors = [names.index(row.trigger)] if row.trigger is not None else tensors[:1]
+    for index in tensors:
+        args = list(example)
+        args[index] = args[index].tolist()
+        expected, got = outcome(original, args), outcome(replacement, args)
+        if expected is not None and expected[0] not in (TypeError, ValueError):
+            # the original fails for its half input itself (no half kernel): the replacement,
+            # which runs in float32, must still refuse the list, with whatever error
+            assert got is not None, index
+            continue
+        assert got == expected, index
 
 
 @rows()

@@ -2,7 +2,8 @@
 # The upstream half-precision survey: kornia's own tests at each tag, one directory at a time,
 # recorded by tools/upstream_tests.py. Usage: tools/run_upstream_survey.sh RELEASE MODE [DIR...]
 #   RELEASE: 0.7.4 | 0.8.2 | 0.8.3 (checkout in $UPSTREAM/v$RELEASE, env $TOX/kornia0XX)
-#   MODE:    half (float16,bfloat16 with the plugin) | f32-shim | f32-noshim | half-dynamo
+#   MODE:    half (float16,bfloat16 with the plugin) | half-noshim (without it) | f32-shim | f32-noshim |
+#            half-dynamo
 # test_dynamo (torch.compile, ~10 s of inductor compilation each on this shared 2-core machine) is
 # deselected in every mode but half-dynamo, which runs only those tests.
 # Records go to $RUNS/$RELEASE/<mode>-<dir>.jsonl (outside the repository); an existing record
@@ -18,6 +19,7 @@ DIRS=${*:-"color filters enhance morphology metrics losses feature geometry augm
 case $MODE in
   half) FLAGS="--dtype float16,bfloat16";;
   half-dynamo) FLAGS="--dtype float16,bfloat16";;
+  half-noshim) FLAGS="--dtype float16,bfloat16 --no-shim";;
   f32-shim) FLAGS="--dtype float32";;
   f32-noshim) FLAGS="--dtype float32 --no-shim";;
   *) echo "unknown mode $MODE" >&2; exit 2;;

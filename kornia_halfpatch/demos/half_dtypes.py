@@ -33,6 +33,11 @@ def _cases() -> List[Tuple[str, Callable[[torch.dtype], Any], bool]]:
         ("enhance.image_histogram2d", lambda d: kornia.enhance.image_histogram2d(*probe_inputs.histogram_call(d))[0], True),
         ("losses.lovasz_softmax_loss",
          lambda d: kornia.losses.lovasz_softmax_loss(*probe_inputs.lovasz_softmax_call(d)), False),
+        ("geometry.conversions.normalize_homography, single-row images",
+         lambda d: kornia.geometry.conversions.normalize_homography(*probe_inputs.normalize_homography_call(d)), False),
+        ("color.rgb_to_luv, black pixels", lambda d: kornia.color.rgb_to_luv(*probe_inputs.black_rgb_image(d)), False),
+        ("feature.ScaleSpaceDetector LAFs",
+         lambda d: (lambda m, x, n: m(x)[0])(*probe_inputs.scale_space_detect_call(d)), True),
     ]
 
 

@@ -41,6 +41,15 @@ ROWS = (
          "(hue * 3/pi) in float32", "hsv_image"),
     _row("kornia.color.luv:luv_to_rgb",
          "the XYZ cube and the sRGB gamma of L up to 100 lose 3 half steps and more: in float32", "luv_image"),
+    _row("kornia.color.luv:rgb_to_luv",
+         "black pixels: eps=1e-12 is 0 in float16, so u, v = 0/0 = NaN (bfloat16: 2.75 off); in float32",
+         "black_rgb_image"),
+    _row("kornia.color.lab:rgb_to_lab",
+         "the XYZ cube root and the L*a*b* differences of nearby values cancel in half (0.31 off in float16, "
+         "2.8 in bfloat16): in float32", "rgb_image"),
+    _row("kornia.color.lab:lab_to_rgb",
+         "the inverse cube and the sRGB gamma of L up to 100 lose many half steps (0.027 off in float16, 0.12 "
+         "in bfloat16): in float32", "lab_image"),
     _row("kornia.color.gray:rgb_to_grayscale",
          "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
          "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)", "rgb_image"),
@@ -53,6 +62,11 @@ ROWS = (
     _row("kornia.enhance.adjust:adjust_hue_raw", ZERO_CHROMA + " on the hsv round trip", "gray_image_and_factor"),
     _row("kornia.enhance.adjust:adjust_saturation_raw", ZERO_CHROMA + " on the hsv round trip",
          "gray_image_and_factor"),
+    _row("kornia.enhance.histogram:histogram",
+         "values far from every bin: the kernel sum is 0 and epsilon=1e-10 is 0 in float16, 0/0 = NaN; in float32, "
+         "narrowed to the input's dtype as 0.9.0", "histogram_far_call"),
+    _row("kornia.enhance.histogram:histogram2d",
+         "as histogram: epsilon=1e-10 is 0 in float16, a joint pdf of 0/0; in float32", "histogram2d_far_call"),
     _row("kornia.enhance.adjust:equalize",
          "histogram counts pass float16's range (65504) on 256x256 images and its integer grid (2048) on "
          "smaller ones: the histogram and CDF in float32", "image_to_equalize"),
@@ -61,15 +75,25 @@ ROWS = (
          "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32",
          "image_pair_window"),
     _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32", "image_pair_window"),
+    _row("kornia.metrics.ssim3d:ssim3d",
+         "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
+         "bfloat16): in float32", "volume_pair_window"),
+    _row("kornia.losses.ssim3d:ssim3d_loss", "variance cancellation (see ssim3d): in float32", "volume_pair_window"),
     _row("kornia.losses.charbonnier:charbonnier_loss",
          "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32", "image_pair"),
     # filters and feature
     _row("kornia.filters.canny:canny",
          "float16: 'expected scalar type Float but found Half' (a float32 kernel meets the half image); "
          "bfloat16 refused by rgb_to_grayscale: edges and magnitudes in float32, narrowed once", "rgb_image"),
+    _row("kornia.filters.otsu_thresholding:otsu_threshold",
+         "0.8.x: the class weights and means are cumulative sums of a 256-bin histogram in half; the "
+         "between-class variance picks a threshold 0.5 off: in float32", "ramp_image"),
     _row("kornia.feature.responses:gftt_response",
          "the smallest eigenvalue (a+c)/2 - sqrt(((a-c)/2)^2 + b^2) of the structure tensor cancels in half",
          "single_channel_image"),
+    _row("kornia.feature.laf:make_upright",
+         "the determinant and the rotation of the LAF's linear part round in half (0.002 off in float16, 0.016 in "
+         "bfloat16; eps=1e-9 is 0 in float16): in float32", "laf_call"),
     _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
          "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32",
          "affine_shape_call"),
@@ -102,6 +126,19 @@ OUTPUT_DTYPES = (
     _row("kornia.augmentation._2d.intensity.planckian_jitter:RandomPlanckianJitter.apply_transform",
          "the float32 Planckian coefficients promote a half image to float32: applied in float32, narrowed "
          "to the input's dtype as 0.9.0", "planckian_call"),
+    _row("kornia.feature.scale_space_detector:ScaleSpaceDetector.detect",
+         "LAF centres of a half image step by whole pixels (bfloat16 above 128 px, float16 above 1024 px after "
+         "scaling): detection in float32, LAFs kept in float32 and responses narrowed as 0.9.0 returns them "
+         "(SIFTFeature, SIFTFeatureScaleSpace, GFTTAffNetHardNet, HesAffNetHardNet)",
+         "scale_space_detect_call", outputs=("narrow", "float32")),
+    _row("kornia.geometry.transform.pyramid:ScalePyramid.forward",
+         "the octaves after the first return float32 sigmas and pixel distances for a half image (0.9.0: the "
+         "image's dtype); the Gaussian blurs of the half pyramid accumulate one rounding per level: in float32, "
+         "every output narrowed once", "scale_pyramid_call"),
+    _row("kornia.feature.mkd:MKDDescriptor.forward",
+         "the float32 embeddings (kept outside the module's buffers, so .half() cannot convert them) promote a "
+         "half patch to float32: computed in float32, narrowed to the patch's dtype as 0.9.0 returns a "
+         "converted module's descriptors", "mkd_call"),
 )
 
 ALLOW_LISTS = (
@@ -152,6 +189,86 @@ def build_normal_transform_pixel(original: Any) -> Any:
     return like(normal_transform_pixel, original)
 
 
+def _normalization_in_float32(height: int, width: int, device: Optional[torch.device]) -> torch.Tensor:
+    """The release's float32 pixel-to-[-1, 1] matrix with the half rule for a side of 1 (scale 1)."""
+    from kornia.geometry import conversions
+
+    matrix = conversions.normal_transform_pixel(height, width, device=device, dtype=torch.float32)
+    if width == 1:
+        matrix[..., 0, 0] = 1.0
+    if height == 1:
+        matrix[..., 1, 1] = 1.0
+    return matrix
+
+
+def build_normalize_homography(original: Any) -> Any:
+    def normalize_homography(dst_pix_trans_src_pix, dsize_src, dsize_dst):
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            half = dst_pix_trans_src_pix.dtype
+            widened = dst_pix_trans_src_pix.float()
+            if 1 not in tuple(dsize_src) + tuple(dsize_dst):
+                return original(widened, dsize_src, dsize_dst).to(half)
+            # The release builds its normalisation in float32 and casts it to half: a side of 1
+            # divides by eps=1e-14, and the 2e14 entry is Inf in float16 (and swamps every other
+            # term in bfloat16). Scale 1 on that side (normal_transform_pixel's half rule: the one
+            # pixel still maps to -1), the chain in float32, narrowed once.
+            src = _normalization_in_float32(dsize_src[0], dsize_src[1], widened.device)
+            dst = _normalization_in_float32(dsize_dst[0], dsize_dst[1], widened.device)
+            return (dst @ (widened @ torch.inverse(src))).to(half)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(normalize_homography, original)
+
+
+def build_denormalize_homography(original: Any) -> Any:
+    def denormalize_homography(dst_pix_trans_src_pix, dsize_src, dsize_dst):
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            half = dst_pix_trans_src_pix.dtype
+            widened = dst_pix_trans_src_pix.float()
+            if 1 not in tuple(dsize_src) + tuple(dsize_dst):
+                return original(widened, dsize_src, dsize_dst).to(half)
+            # As normalize_homography: the 2e14 scale of a side of 1 is Inf in float16.
+            src = _normalization_in_float32(dsize_src[0], dsize_src[1], widened.device)
+            dst = _normalization_in_float32(dsize_dst[0], dsize_dst[1], widened.device)
+            return (torch.inverse(dst) @ (widened @ src)).to(half)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(denormalize_homography, original)
+
+
+class _HalfResponseView:
+    """A MultiResolutionDetector seen with a float32 image: its response model still runs on the
+    half image (with the module's half weights), and everything after it in float32."""
+
+    def __init__(self, module: Any, dtype: torch.dtype) -> None:
+        self._module = module
+        self._dtype = dtype
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def model(self, image: torch.Tensor) -> torch.Tensor:
+        # Narrowing the widened image back is exact; widening the response is exact, so the
+        # non-maximum suppression picks exactly the release's half candidates.
+        return self._module.model(image.to(self._dtype)).float()
+
+
+def build_single_level_detection(original: Any) -> Any:
+    def detect_features_on_single_level(self, level_img, num_kp, factor):
+        if _is_half(level_img.dtype):
+            half = level_img.dtype
+            scores, lafs = original(_HalfResponseView(self, half), level_img.float(), num_kp, factor)
+            # Pixel positions times the level's scale factor: in half they round to whole pixels
+            # (bfloat16 above 256 px, float16 above 2048 px), so the LAFs stay in float32 as in
+            # 0.9.0. The scores are half values widened; 0.8.3's fill for the unfilled slots is
+            # finfo(dtype).min / 2, which is finfo(half).min / 2 in the release's half run.
+            scores = scores.clamp_min(torch.finfo(half).min / 2).to(half)
+            return scores, lafs
+        return original(self, level_img, num_kp, factor)
+
+    return like(detect_features_on_single_level, original)
+
+
 FACTORIES = (
     Target(("kornia.filters.kernels:get_gaussian_discrete_kernel1d",), build_discrete_kernel,
            ("kernel_size", "sigma", "force_even"), optional=True,
@@ -162,6 +279,21 @@ FACTORIES = (
            ("height", "width", "eps"), optional=True,
            reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; its scale is 1 (0.9.0's) in half",
            example=f"{EXAMPLES}:normal_transform_call"),
+    Target(("kornia.geometry.conversions:normalize_homography",), build_normalize_homography,
+           ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
+           reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
+                  "with scale 1 on that side, narrowed once (warp_perspective, warp_affine call it)",
+           example=f"{EXAMPLES}:normalize_homography_call"),
+    Target(("kornia.geometry.conversions:denormalize_homography",), build_denormalize_homography,
+           ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
+           reason="as normalize_homography: a side of 1 gives Inf in float16; in float32, narrowed once",
+           example=f"{EXAMPLES}:normalize_homography_call"),
+    Target(("kornia.feature.scale_space_detector:MultiResolutionDetector.detect_features_on_single_level",),
+           build_single_level_detection, ("self", "level_img", "num_kp", "factor"), optional=True,
+           reason="LAF centres (pixel index x level factor) of a half image round to whole pixels: the response "
+                  "model in half as the release, LAFs built in float32 as 0.9.0 returns them (KeyNetDetector, "
+                  "KeyNetHardNet, KeyNetAffNetHardNet)",
+           example=f"{EXAMPLES}:single_level_detection_call"),
 )
 
 
