@@ -4,7 +4,7 @@
 
 Untrained seeded SOSNet and HardNet in float16, 256 random 32x32 patches. The reference is the
 float64 forward of the same float16 weights and patches (widened exactly), so the error is the
-arithmetic's alone: "native" is the release's float16 trunk (descriptor_norm applied: its final
+arithmetic's alone: "native" is the release's float16 trunk (feature_descriptors applied: its final
 normalization in float32, as 0.9.0), "float32" is cpu_half's float32 mode. Errors are on unit
 descriptors (L2-normalized): max and mean |d - d64| over all components.
 """

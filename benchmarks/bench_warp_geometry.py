@@ -13,7 +13,7 @@ Measures, in one run, variants interleaved round by round, medians taken, on 8x3
   fresh process), patched versus 0.9.0.
 
 Workers are started once (``--worker``) and time calls on request (the protocol of
-bench_half_kernels.py).
+bench_torch_ops.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TAKES_ORACLE = {"bench_descriptor_norm.py", "bench_grid_sample_cpu.py", "bench_half_kernels.py", "bench_laf_patches.py"}
+TAKES_ORACLE = {"bench_feature_descriptors.py", "bench_warp_sampling.py", "bench_torch_ops.py", "bench_feature_patches.py"}
 
 
 def main() -> int:

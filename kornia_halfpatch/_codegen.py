@@ -18,7 +18,7 @@ Limits: ``*args``/``**kwargs`` and positional-only parameters are refused (Unsup
 so the row's fix fails at build and is left out). A method row's wrapper calls the original
 with ``self`` explicitly, which TorchScript cannot compile: use method rows only where the
 original method is not scriptable either (SIFTDescriptor/DenseSIFTDescriptor assign submodules
-in ``forward``); a scriptable ``forward`` needs a hand-written target (descriptor_norm's
+in ``forward``); a scriptable ``forward`` needs a hand-written target (feature_descriptors's
 SOSNet/HyNet/HardNet).
 """
 

@@ -172,6 +172,14 @@ def fix_names() -> Tuple[str, ...]:
     return FIX_NAMES
 
 
+def _canonical(names: Iterable[str]) -> Tuple[str, ...]:
+    """Fix names as given, with former names (``fixes.FORMER_NAMES``) read as today's."""
+    from .fixes import canonical_name
+
+    known = fix_names()
+    return tuple(name if name in known else canonical_name(name) for name in names)
+
+
 def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Tuple[Tuple[str, ...], Dict[str, str]]:
     """Which fixes to apply, and why each other one is off. kwargs beat env vars beat defaults."""
     known = fix_names()
@@ -181,6 +189,8 @@ def _select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> 
     else:  # a selection in code replaces the one from the environment as a whole
         only_t = tuple(only) if only is not None else None
         exclude_t = tuple(exclude) if exclude is not None else None
+    only_t = _canonical(only_t) if only_t is not None else None
+    exclude_t = _canonical(exclude_t) if exclude_t is not None else None
     for given in (only_t or ()) + (exclude_t or ()):
         if given not in known:
             raise ValueError(f"unknown kornia_halfpatch fix {given!r}; known fixes: {', '.join(known)}")
@@ -366,8 +376,8 @@ class _ViewBinding:
 
 
 # The views installed in kornia modules, by id(kornia module) then global name. ONE view per
-# kornia module global, shared by every kornia-scoped entry reached through it (grid_sample_cpu's
-# F.grid_sample and fp16_conv_hang's F.conv2d both go through kornia's ``F``): a view per entry,
+# kornia module global, shared by every kornia-scoped entry reached through it (warp_sampling's
+# F.grid_sample and filters_conv_hang's F.conv2d both go through kornia's ``F``): a view per entry,
 # stacked, could not be undone for one fix alone (reverting the lower one would have to rebuild
 # the upper one), so the view of a global is recomputed from the entries installed now whenever
 # one comes or goes (``_refresh_views``).
@@ -1114,7 +1124,7 @@ def revert(names: Optional[Iterable[str]] = None) -> None:
     """Undo the given fixes (all by default): every touched attribute is the original again."""
     global _pending_selection
     with _lock:
-        chosen = tuple(names) if names is not None else tuple(fix_names())
+        chosen = _canonical(names) if names is not None else tuple(fix_names())
         for name in chosen:
             if name not in fix_names():
                 raise ValueError(f"unknown kornia_halfpatch fix {name!r}; known fixes: {', '.join(fix_names())}")
@@ -1174,7 +1184,7 @@ def patched(
 def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
     """Run a block on unpatched kornia (for patched-versus-unpatched comparisons), then restore."""
     with _lock:
-        chosen = set(names) if names is not None else set(fix_names())
+        chosen = set(_canonical(names)) if names is not None else set(fix_names())
         removed = [name for name in applied_fixes() if name in chosen]
         options: Dict[str, Any] = {}
         for name in removed:

@@ -76,13 +76,13 @@ def env_list(name: str) -> Optional[Tuple[str, ...]]:
 # --- fix options read from the environment -------------------------------------------------
 
 # Forces the grid_sample CPU workaround: auto, probe, none, no-kernel or overflow (see
-# kornia_halfpatch.fixes.grid_sample_cpu). apply(grid_sample_workaround=...) beats it. Named
+# kornia_halfpatch.fixes.warp_sampling). apply(grid_sample_workaround=...) beats it. Named
 # here, not in the fix, because apply() validates option variables without importing any fix
 # module (which imports torch).
 ENV_GRID_SAMPLE_WORKAROUND = "KORNIA_HALFPATCH_GRID_SAMPLE_WORKAROUND"
 
 # How kornia's learned modules compute float16 on CPU: auto, native or float32 (see
-# kornia_halfpatch.fixes.cpu_half). apply(cpu_half=...) beats it; a bad value warns and means auto.
+# kornia_halfpatch.fixes.networks_cpu_half). apply(cpu_half=...) beats it; a bad value warns and means auto.
 ENV_CPU_HALF = "KORNIA_HALFPATCH_CPU_HALF"
 
 # Environment variables that set a fix's option: apply() validates them before it does anything.

@@ -4,7 +4,7 @@ Probes run kornia's code on tiny inputs to decide whether a fix is needed. They 
 caller's torch state, and the state decided the outcome (measured on kornia 0.8.2, torch 2.13):
 ``torch.no_grad()``/``inference_mode()`` made a probe's backward raise; a float16 default dtype
 made SOSNet's probe build float16 tensors that have no CPU ``avg_pool3d`` kernel; autocast
-bfloat16 fooled laf_patches' probe into "not needed" (the float32 LAF and the half image met in
+bfloat16 fooled feature_patches' probe into "not needed" (the float32 LAF and the half image met in
 bfloat16) and autocast float16 raised; and the probes' weight initialisation consumed the global
 random stream, so a seeded program drew other numbers after ``apply()``.
 

@@ -1,7 +1,7 @@
 """What fix modules declare and what the engine reports: targets, rows, fixes, verdicts.
 
 A fix is a table. Each line is one target with its numerical reason, either a hand-written
-:class:`Target` (where the maths differ: laf_patches, descriptor_norm's normalisation) or a row
+:class:`Target` (where the maths differ: feature_patches, feature_descriptors's normalisation) or a row
 of one of three kinds whose replacement the engine generates from the original's signature
 (:mod:`kornia_halfpatch._codegen`):
 
@@ -290,6 +290,17 @@ class FixStatus:
         return self.verdict is Verdict.APPLIED
 
 
+class FixStatuses(Dict[str, FixStatus]):
+    """``report.fixes``: keyed by fix name; a former name (``fixes.FORMER_NAMES``) finds its fix."""
+
+    def __missing__(self, name: str) -> FixStatus:
+        from .fixes import FORMER_NAMES
+
+        if name in FORMER_NAMES and FORMER_NAMES[name] in self:
+            return self[FORMER_NAMES[name]]
+        raise KeyError(name)
+
+
 @dataclass
 class Report:
     kornia_version: Optional[str]
@@ -297,6 +308,9 @@ class Report:
     fixes: Dict[str, FixStatus]
     probes: Dict[str, str] = field(default_factory=dict)
     deferred: bool = False
+
+    def __post_init__(self) -> None:
+        self.fixes = FixStatuses(self.fixes)
 
     @property
     def applied(self) -> List[str]:
@@ -327,7 +341,7 @@ class Report:
             lines.append("waiting for kornia to be imported; fixes go in then")
         for fix in self.fixes.values():
             mark = "applied" if fix.applied else "skipped"
-            lines.append(f"  {fix.name:<20} {mark:<8} {fix.reason}")
+            lines.append(f"  {fix.name:<22} {mark:<8} {fix.reason}")
             if fix.applied:
                 for row in fix.rows:
                     lines.append(f"      {row.verdict.value:<11} {row.target}: {row.reason}")

@@ -9,7 +9,7 @@ from typing import List, Tuple
 import torch
 
 # --------------------------------------------------------------------------------------------
-# Response volumes for the sub-voxel refinement (quad_interp_solve)
+# Response volumes for the sub-voxel refinement (geometry_subpix)
 
 PROBE_SHAPE = (1, 1, 5, 40, 40)
 
@@ -47,7 +47,7 @@ def probe_volume(kind: str, seed: int) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------
-# Images and LAFs for patch extraction (laf_patches)
+# Images and LAFs for patch extraction (feature_patches)
 
 
 def laf_probe_inputs(
@@ -100,7 +100,7 @@ def dense_sift_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
 
 
 # --------------------------------------------------------------------------------------------
-# Example calls of the half_kernels rows: small, well-posed, and exactly representable in float16
+# Example calls of the torch_ops rows: small, well-posed, and exactly representable in float16
 # and bfloat16 where the float32 oracle must see the same values (inputs are rounded to the
 # coarser bfloat16 grid first, then cast to ``dtype``).
 
@@ -322,7 +322,7 @@ def pyramid_blur_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor, torch.T
 
 
 # --------------------------------------------------------------------------------------------
-# Example calls of the half_dtypes rows. Images hold gray pixels (r = g = b: the zero-chroma
+# Example calls of the kornia_dtypes rows. Images hold gray pixels (r = g = b: the zero-chroma
 # case whose eps vanishes in float16) and values on the bfloat16 grid, so float32 sees exactly
 # the half values.
 

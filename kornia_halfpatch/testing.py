@@ -4,7 +4,7 @@ The shim is process-global; a test that applies or reverts must leave it as it f
 tests that evaluate stand-in fixes must not touch the real table. This module is the one place
 that knows how (it reads the engine's state; tests never need to).
 
-    with kornia_halfpatch.testing.isolated(only=["meshgrid"]) as report:   # exactly this fix
+    with kornia_halfpatch.testing.isolated(only=["utils_grids"]) as report:   # exactly this fix
         ...
     with kornia_halfpatch.testing.preserved():     # whatever the block does is undone after
         ...

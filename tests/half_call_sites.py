@@ -2,7 +2,7 @@
 reading the source of every loaded kornia module with ``ast``: module-level calls resolved
 through the module's own globals (``torch.linalg.solve``, ``linalg.solve``, ``F.avg_pool3d``,
 ``torch.fft.rfftn``, any alias), and the ``Tensor`` methods ``.inverse()``/``.det()`` that no
-module view can reach. Used by tests/test_fix_half_kernels.py; nothing here patches."""
+module view can reach. Used by tests/test_fix_torch_ops.py; nothing here patches."""
 
 from __future__ import annotations
 

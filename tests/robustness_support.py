@@ -395,13 +395,13 @@ def check_grid_sample_cpu() -> None:
 
 # "fix:what" -> check; each runs on its own, so one failure does not hide another.
 FIX_CHECKS: Dict[str, Callable[[], None]] = {
-    "meshgrid:create_meshgrid": check_meshgrid,
-    "descriptor_norm:sosnet": check_sosnet,
-    "descriptor_norm:sift": check_sift,
-    "quad_interp_solve:conv_quad_interp3d": check_quad_interp_solve,
-    "laf_patches:extract_patches_simple": check_laf_patches,
-    "laf_patches:extract_patches_from_pyramid": check_laf_pyramid,
-    "grid_sample_cpu:rotate": check_grid_sample_cpu,
+    "utils_grids:create_meshgrid": check_meshgrid,
+    "feature_descriptors:sosnet": check_sosnet,
+    "feature_descriptors:sift": check_sift,
+    "geometry_subpix:conv_quad_interp3d": check_quad_interp_solve,
+    "feature_patches:extract_patches_simple": check_laf_patches,
+    "feature_patches:extract_patches_from_pyramid": check_laf_pyramid,
+    "warp_sampling:rotate": check_grid_sample_cpu,
 }
 
 

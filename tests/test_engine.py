@@ -40,7 +40,7 @@ def test_apply_rebinds_every_kornia_alias_and_revert_restores_identity():
     original = the_original()
     holders = kornia_bindings(original)
     assert len(holders) >= 16, holders  # sixteen modules hold their own binding (0.7.0-0.8.2)
-    kornia_halfpatch.apply(only=["meshgrid"])
+    kornia_halfpatch.apply(only=["utils_grids"])
     replacement = grid_module().create_meshgrid
     assert replacement is not original and kornia_halfpatch.is_patched(replacement)
     assert kornia_bindings(original) == []
@@ -53,12 +53,12 @@ def test_apply_rebinds_every_kornia_alias_and_revert_restores_identity():
 @needs_old_kornia
 def test_apply_twice_is_apply_once():
     kornia_halfpatch.revert()
-    first = kornia_halfpatch.apply(only=["meshgrid"])
+    first = kornia_halfpatch.apply(only=["utils_grids"])
     replacement = grid_module().create_meshgrid
-    second = kornia_halfpatch.apply(only=["meshgrid"])
+    second = kornia_halfpatch.apply(only=["utils_grids"])
     assert grid_module().create_meshgrid is replacement
-    assert len(_engine._installed["meshgrid"]) == 2  # create_meshgrid and create_meshgrid3d, once each
-    assert first.applied == second.applied == ["meshgrid"]
+    assert len(_engine._installed["utils_grids"]) == 2  # create_meshgrid and create_meshgrid3d, once each
+    assert first.applied == second.applied == ["utils_grids"]
     kornia_halfpatch.revert()
     assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
 
@@ -114,7 +114,7 @@ expected = original(2, 300, True, torch.device("cpu"), torch.float32).to(torch.b
 print(json.dumps({{
     "stale": [n for n, _, a in _engine._bindings_of(original) if n.startswith("kornia")],
     "fixed": bool(torch.equal(grid, expected)),
-    "status": kornia_halfpatch.status().fixes["meshgrid"].applied,
+    "status": kornia_halfpatch.status().fixes["utils_grids"].applied,
 }}))
 """
     result = run_python(code)
@@ -160,10 +160,10 @@ def test_eight_threads_applying_and_reverting_leave_a_consistent_state():
             barrier.wait()
             for step in range(20):
                 if (index + step) % 2:
-                    kornia_halfpatch.apply(only=["meshgrid"])
+                    kornia_halfpatch.apply(only=["utils_grids"])
                 else:
-                    kornia_halfpatch.revert(["meshgrid"])
-                with kornia_halfpatch.patched(only=["meshgrid"]):
+                    kornia_halfpatch.revert(["utils_grids"])
+                with kornia_halfpatch.patched(only=["utils_grids"]):
                     pass
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -174,7 +174,7 @@ def test_eight_threads_applying_and_reverting_leave_a_consistent_state():
     for thread in threads:
         thread.join()
     assert errors == []
-    kornia_halfpatch.apply(only=["meshgrid"])
+    kornia_halfpatch.apply(only=["utils_grids"])
     replacement = grid_module().create_meshgrid
     assert kornia_bindings(original) == [] and set(holders) <= set(kornia_bindings(replacement))
     kornia_halfpatch.revert()
@@ -185,21 +185,21 @@ def test_eight_threads_applying_and_reverting_leave_a_consistent_state():
 @needs_old_kornia
 def test_patched_and_unpatched_scopes_restore_the_previous_state():
     kornia_halfpatch.revert()
-    with kornia_halfpatch.patched(only=["meshgrid"]) as report:
-        assert "meshgrid" in report.applied
+    with kornia_halfpatch.patched(only=["utils_grids"]) as report:
+        assert "utils_grids" in report.applied
         assert kornia_halfpatch.is_patched(grid_module().create_meshgrid)
         with kornia_halfpatch.unpatched():
             assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
         assert kornia_halfpatch.is_patched(grid_module().create_meshgrid)
     assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
-    kornia_halfpatch.apply(only=["meshgrid"])
-    with kornia_halfpatch.patched(only=["meshgrid"]):
+    kornia_halfpatch.apply(only=["utils_grids"])
+    with kornia_halfpatch.patched(only=["utils_grids"]):
         pass
     assert kornia_halfpatch.is_patched(grid_module().create_meshgrid)  # was on before the block
 
 
 def test_unknown_fix_names_are_rejected_with_the_known_list():
-    with pytest.raises(ValueError, match="known fixes: meshgrid"):
+    with pytest.raises(ValueError, match="known fixes: utils_grids"):
         kornia_halfpatch.apply(only=["meshgird"])
     with pytest.raises(ValueError, match="unknown kornia_halfpatch fix"):
         kornia_halfpatch.revert(["nope"])
@@ -208,20 +208,41 @@ def test_unknown_fix_names_are_rejected_with_the_known_list():
 @needs_old_kornia
 def test_exclude_and_only_select_fixes(monkeypatch):
     kornia_halfpatch.revert()
-    report = kornia_halfpatch.apply(exclude=["meshgrid"])
-    assert "meshgrid" not in report.applied
-    assert report.fixes["meshgrid"].reason == "turned off by the user (excluded)"
+    report = kornia_halfpatch.apply(exclude=["utils_grids"])
+    assert "utils_grids" not in report.applied
+    assert report.fixes["utils_grids"].reason == "turned off by the user (excluded)"
+    monkeypatch.setenv(_environment.ENV_EXCLUDE, "utils_grids")
+    assert "utils_grids" not in kornia_halfpatch.apply().applied
+    assert "utils_grids" in kornia_halfpatch.apply(only=["utils_grids"]).applied  # kwargs beat env
+
+
+
+@needs_old_kornia
+def test_former_fix_names_still_name_their_fix(monkeypatch):
+    from kornia_halfpatch.fixes import FORMER_NAMES
+
+    assert FORMER_NAMES["meshgrid"] == "utils_grids"
+    kornia_halfpatch.revert()
+    report = kornia_halfpatch.apply(only=["meshgrid"])
+    assert report.applied == ["utils_grids"]
+    assert report.fixes["meshgrid"] is report.fixes["utils_grids"]
+    with kornia_halfpatch.unpatched(["meshgrid"]):
+        assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
+    assert kornia_halfpatch.is_patched(grid_module().create_meshgrid)
+    kornia_halfpatch.revert(["meshgrid"])
+    assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
     monkeypatch.setenv(_environment.ENV_EXCLUDE, "meshgrid")
-    assert "meshgrid" not in kornia_halfpatch.apply().applied
-    assert "meshgrid" in kornia_halfpatch.apply(only=["meshgrid"]).applied  # kwargs beat env
+    assert "utils_grids" not in kornia_halfpatch.apply().applied
+    with pytest.raises(KeyError):
+        report.fixes["no_such_fix"]
 
 
 def test_environment_variable_turns_the_whole_shim_off():
     code = """
         import kornia, kornia_halfpatch
-        report = kornia_halfpatch.apply(only=["meshgrid"])
+        report = kornia_halfpatch.apply(only=["utils_grids"])
         assert report.applied == [], report
-        assert "KORNIA_HALFPATCH_DISABLE" in report.fixes["meshgrid"].reason, report
+        assert "KORNIA_HALFPATCH_DISABLE" in report.fixes["utils_grids"].reason, report
         assert not kornia_halfpatch.is_patched(kornia.geometry.transform.homography_warper.create_meshgrid)
     """
     result = run_python(code, env={"KORNIA_HALFPATCH_DISABLE": "1"})
@@ -245,25 +266,25 @@ def test_unknown_release_is_patched_only_when_the_probe_confirms_the_bug(monkeyp
     monkeypatch.setattr(_environment, "kornia_version", lambda: "0.8.9")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = kornia_halfpatch.apply(only=["meshgrid"])
-    assert report.fixes["meshgrid"].applied
-    assert report.fixes["meshgrid"].reason == "bug confirmed by probe on unknown kornia 0.8.9"
+        report = kornia_halfpatch.apply(only=["utils_grids"])
+    assert report.fixes["utils_grids"].applied
+    assert report.fixes["utils_grids"].reason == "bug confirmed by probe on unknown kornia 0.8.9"
 
 
 @needs_old_kornia
 def test_a_target_with_another_shape_is_skipped_with_a_warning(monkeypatch):
-    from kornia_halfpatch.fixes import meshgrid
+    from kornia_halfpatch.fixes import utils_grids as meshgrid
 
     changed = meshgrid.FIX.targets[0].__class__(
         meshgrid.FIX.targets[0].candidates, meshgrid.FIX.targets[0].build, ("height", "width", "align_corners")
     )
-    fake = meshgrid.FIX.__class__(name="meshgrid", targets=(changed,), probe=meshgrid.FIX.probe)
+    fake = meshgrid.FIX.__class__(name="utils_grids", targets=(changed,), probe=meshgrid.FIX.probe)
     monkeypatch.setattr(_environment, "kornia_version", lambda: "0.8.9")
     with testing.use_fixes([fake]):
         with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="expected"):
-            report = kornia_halfpatch.apply(only=["meshgrid"])
-        assert not report.fixes["meshgrid"].applied
-        assert report.fixes["meshgrid"].reason.startswith("unsupported kornia 0.8.9")
+            report = kornia_halfpatch.apply(only=["utils_grids"])
+        assert not report.fixes["utils_grids"].applied
+        assert report.fixes["utils_grids"].reason.startswith("unsupported kornia 0.8.9")
         assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
 
 

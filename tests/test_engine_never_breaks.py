@@ -153,7 +153,7 @@ def registry_with(fix):
 
 
 def meshgrid_fix():
-    from kornia_halfpatch.fixes import meshgrid
+    from kornia_halfpatch.fixes import utils_grids as meshgrid
 
     return meshgrid.FIX
 
@@ -166,14 +166,14 @@ def test_a_probe_that_raises_skips_its_fix_only_with_the_reason_a_warning_and_a_
     real = meshgrid_fix()
     with registry_with(real.__class__(name=real.name, targets=real.targets, probe=broken_probe)):
         with caplog.at_level(logging.WARNING, logger="kornia_halfpatch"):
-            with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="meshgrid skipped: its probe or install failed"):
+            with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="utils_grids skipped: its probe or install failed"):
                 report = kornia_halfpatch.apply()
-        status = report.fixes["meshgrid"]
+        status = report.fixes["utils_grids"]
         assert not status.applied and status.verdict is kornia_halfpatch.Verdict.FAILED
         assert status.reason == "failed: RuntimeError: element 0 of tensors does not require grad"
-        assert any("meshgrid skipped" in record.getMessage() for record in caplog.records)
+        assert any("utils_grids skipped" in record.getMessage() for record in caplog.records)
         assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
-        assert "laf_patches" in report.applied  # the fixes after it still went in
+        assert "feature_patches" in report.applied  # the fixes after it still went in
 
 
 @needs_old_kornia
@@ -187,7 +187,7 @@ def test_warnings_turned_into_errors_do_not_make_apply_raise(caplog):
             warnings.simplefilter("error")
             with caplog.at_level(logging.WARNING, logger="kornia_halfpatch"):
                 report = kornia_halfpatch.apply()
-        assert report.fixes["meshgrid"].reason == "failed: ValueError: boom"
+        assert report.fixes["utils_grids"].reason == "failed: ValueError: boom"
         assert any("logged instead" in record.getMessage() for record in caplog.records)
 
 
@@ -204,8 +204,8 @@ def test_a_half_done_install_is_rolled_back_everywhere():
         original = grid_module().create_meshgrid
         holders = sorted(n for n, _, _ in _engine._bindings_of(original))
         report = kornia_halfpatch.apply()
-        assert report.fixes["meshgrid"].reason == "failed: RuntimeError: cannot build"
-        assert "meshgrid" not in kornia_halfpatch.applied_fixes()
+        assert report.fixes["utils_grids"].reason == "failed: RuntimeError: cannot build"
+        assert "utils_grids" not in kornia_halfpatch.applied_fixes()
         # create_meshgrid was installed first, then rolled back in every module that held it.
         assert sorted(n for n, _, _ in _engine._bindings_of(original)) == holders
         assert not any(kornia_halfpatch.is_patched(m.__dict__.get(a)) for _, m, a in _engine._bindings_of(original))
@@ -280,7 +280,7 @@ def test_a_pickled_replacement_resolves_to_what_the_unpickling_process_has():
 def test_replacements_with_the_originals_qualified_name_still_script_and_compile():
     # The replacement calls the original, and both now carry the same qualified name:
     # TorchScript must still compile the pair (it mangles the second name) and dynamo inline it.
-    kornia_halfpatch.apply(only=["meshgrid"])
+    kornia_halfpatch.apply(only=["utils_grids"])
     make = grid_module().create_meshgrid
     original = kornia_halfpatch.get_original(make)
     scripted = torch.jit.script(make)

@@ -259,8 +259,8 @@ def test_torch_jit_script_holds_where_the_original_scripts(name, factory):
 
 # Callers that are not rows, each with the reason. Prefixes of "module:qualname".
 EXEMPT = {
-    "kornia.augmentation.": "augmentations: fixes/augmentation.py (helper `augment`), through these rows",
-    "kornia.feature.": "keypoint/descriptor sampling (LAF patches: laf_patches; DeDoDe/ALIKED/XFeat/SOLD2 sample "
+    "kornia.augmentation.": "augmentations: fixes/augmentation_pipeline.py, through these rows",
+    "kornia.feature.": "keypoint/descriptor sampling (LAF patches: feature_patches; DeDoDe/ALIKED/XFeat/SOLD2 sample "
                        "features at keypoints): not an image warp",
     "kornia.contrib.models.rt_detr": "deformable attention: sampling offsets are network outputs, not geometry",
     "kornia.models.rt_detr": "deformable attention: sampling offsets are network outputs, not geometry",
@@ -268,8 +268,8 @@ EXEMPT = {
     "kornia.tracking.planar_tracker:HomographyTracker": "through the warp_perspective row",
     "kornia.filters.kernels_geometry:": "motion kernels: through the rotate/rotate3d rows",
     "kornia.geometry.transform.imgwarp:_fill_and_warp": "a helper of warp_affine/warp_perspective (rows)",
-    "kornia.geometry.transform.imgwarp:_transform_warp_impl3d": "half_kernels' row (CPU); through warp_perspective3d",
-    "kornia.geometry.transform.thin_plate_spline:warp_image_tps": "half_dtypes' row (promoted wholesale there)",
+    "kornia.geometry.transform.imgwarp:_transform_warp_impl3d": "torch_ops' row (CPU); through warp_perspective3d",
+    "kornia.geometry.transform.thin_plate_spline:warp_image_tps": "kornia_dtypes' row (promoted wholesale there)",
     "kornia.geometry.transform.affwarp:Rotate.forward": "calls rotate through the module global (row)",
     "kornia.geometry.transform.affwarp:Translate.forward": "calls translate through the module global (row)",
     "kornia.geometry.transform.affwarp:Scale.forward": "calls scale through the module global (row)",

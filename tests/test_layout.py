@@ -29,4 +29,4 @@ def test_every_demonstration_is_named_and_loads_only_when_asked():
     for fix in load_fixes():
         assert fix.demonstration is not None, fix.name
         assert callable(_model.load(fix.demonstration)), fix.name
-    assert "kornia_halfpatch.demos.grid_sample_cpu" in sys.modules
+    assert "kornia_halfpatch.demos.warp_sampling" in sys.modules

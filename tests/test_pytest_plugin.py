@@ -45,7 +45,7 @@ def project(pytester):
 def test_plugin_patches_before_the_rootdir_conftest_and_reports_in_the_header(project):
     result = project.runpytest_subprocess("--expect-patched", "-v")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["kornia_halfpatch: kornia *, torch *; applied: *meshgrid*"])
+    result.stdout.fnmatch_lines(["kornia_halfpatch: kornia *, torch *; applied: *utils_grids*"])
 
 
 @needs_old_kornia

@@ -139,7 +139,7 @@ def test_replacements_pickle_by_reference_to_what_is_installed(replacements):
 
 def test_kornia_scoped_replacements_unpickle_as_the_original_where_the_shim_is_not_applied(replacements):
     scoped = [r for r in replacements if kornia_scoped(r)]
-    assert scoped, "no kornia-scoped replacement installed (grid_sample_cpu's is one)"
+    assert scoped, "no kornia-scoped replacement installed (warp_sampling's is one)"
     for replacement in scoped:
         original = get_original(replacement)
         code = (

@@ -375,7 +375,7 @@ def warp_cases(draw):
 def test_grid_sample_paths(case):
     run, img, finite = case
     got = outcome(run)
-    with unpatched(["grid_sample_cpu"]):
+    with unpatched(["warp_sampling"]):
         unpatched_result = outcome(run)
     if img.dtype not in HALF:
         if assert_same_failure(unpatched_result, got):
@@ -489,12 +489,12 @@ def response_volumes(draw):
 @profile(30)
 @given(volume=response_volumes())
 def test_conv_quad_interp3d(volume):
-    if "quad_interp_solve" not in kornia_halfpatch.applied_fixes():
-        pytest.skip("quad_interp_solve is not needed on this release (no Cramer-rule solver)")
+    if "geometry_subpix" not in kornia_halfpatch.applied_fixes():
+        pytest.skip("geometry_subpix is not needed on this release (no Cramer-rule solver)")
     from kornia.geometry.subpix import conv_quad_interp3d
 
     got = outcome(lambda: conv_quad_interp3d(volume, 0.0))
-    with unpatched(["quad_interp_solve"]):
+    with unpatched(["geometry_subpix"]):
         reference = outcome(lambda: conv_quad_interp3d(volume, 0.0))
     if assert_same_failure(reference, got):
         return
@@ -549,7 +549,7 @@ def test_kornia_s_warnings_keep_their_location():
         return [(str(w.message)[:60], w.filename, w.lineno) for w in records]
 
     patched_warnings = caught()
-    with unpatched(["grid_sample_cpu"]):
+    with unpatched(["warp_sampling"]):
         release_warnings = caught()
     assert patched_warnings == release_warnings
     if not release_warnings:  # 0.8.3's remap passes align_corners=False itself

@@ -7,8 +7,8 @@ before the pass and another after it: that is counted and reported (README, "Thr
 failed, since no patching library can swap several functions under a call in flight without
 making every call wait for it. A call's answers with a single fix in force
 that differ from both are computed too, and counted as mixtures when seen: ``homography_warp``
-of a wide bfloat16 image reaches two fixes (``meshgrid`` through its module's
-``create_meshgrid``, ``grid_sample_cpu`` through its ``F.grid_sample``) and answers differently
+of a wide bfloat16 image reaches two fixes (``utils_grids`` through its module's
+``create_meshgrid``, ``warp_sampling`` through its ``F.grid_sample``) and answers differently
 with either alone.
 Bounded in time: the workers run for ``SECONDS``.
 """

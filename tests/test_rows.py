@@ -256,7 +256,7 @@ def test_torch_jit_script_holds_wherever_the_original_scripts(installed):
         assert same(scripted(*args), replacement(*args)), dtype
 
 
-COMPILED = [row for row, name in zip(ROWS, IDS) if name in ("row_kinds:rgb_to_hsv", "quad_interp_solve:_solve_cramer_sym3x3", "half_kernels:ellipse_to_laf")]
+COMPILED = [row for row, name in zip(ROWS, IDS) if name in ("row_kinds:rgb_to_hsv", "geometry_subpix:_solve_cramer_sym3x3", "torch_ops:ellipse_to_laf")]
 
 
 @rows(*COMPILED)

@@ -81,7 +81,7 @@ def test_spawned_workers_apply_the_shim_with_the_variable(tmp_path):
         if UPSTREAM_FIXED:
             assert result["applied"] == [], (mechanism, result)  # harmless: nothing patched on 0.9.0
         else:
-            assert "descriptor_norm" in result["applied"], (mechanism, result)
+            assert "feature_descriptors" in result["applied"], (mechanism, result)
 
 
 @needs_installed_hook
@@ -91,7 +91,7 @@ def test_launcher_reaches_the_workers_of_the_command_it_runs(tmp_path):
     if UPSTREAM_FIXED:
         assert results["executor"]["applied"] == [], results
     else:
-        assert "descriptor_norm" in results["executor"]["applied"], results
+        assert "feature_descriptors" in results["executor"]["applied"], results
 
 
 @needs_installed_hook

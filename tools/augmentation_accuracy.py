@@ -61,7 +61,7 @@ def main() -> int:
         kornia_halfpatch.apply()
 
         def unpatched(call):
-            with kornia_halfpatch.unpatched(["augmentation"]):
+            with kornia_halfpatch.unpatched(["augmentation_pipeline"]):
                 return call()
 
         modes = {f"{kornia.__version__} + shim, no augmentation fix": unpatched,

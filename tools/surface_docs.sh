@@ -7,7 +7,7 @@ RUNS=${RUNS:-$HERE/../surface_runs}; TOX=${TOX:-$HERE/.tox}
 ROOT=$(cd "$(dirname "$0")/.." && pwd); DOCS=$ROOT/docs/surface; TOOLS=$ROOT/tools
 SITE=lib/python3.11/site-packages/kornia
 cd "$ROOT"
-OMP_NUM_THREADS=1 "$TOX/kornia082/bin/python" -W ignore "$TOOLS/half_kernel_probe.py" --markdown "$DOCS/half_kernels.md" >/dev/null
+OMP_NUM_THREADS=1 "$TOX/kornia082/bin/python" -W ignore "$TOOLS/half_kernel_probe.py" --markdown "$DOCS/torch_ops.md" >/dev/null
 OBS=""
 for r in 0.7.0 0.7.4 0.8.2 0.8.3; do
   e=$(echo $r | tr -d .)

@@ -1,7 +1,7 @@
 """The registry: one module per fix, named after what it fixes, each exposing ``FIX``.
 
-Order matters where fixes compose: ``laf_patches`` samples in float32 itself, so it comes before
-``grid_sample_cpu`` and the half-precision promotion happens once.
+Order matters where fixes compose: ``feature_patches`` samples in float32 itself, so it comes before
+``warp_sampling`` and the half-precision promotion happens once.
 Modules are imported lazily (they import torch); importing this package stays cheap.
 """
 
@@ -11,18 +11,38 @@ import importlib
 from typing import Dict, List
 
 FIX_NAMES = (
-    "meshgrid",
-    "descriptor_norm",
-    "quad_interp_solve",
-    "laf_patches",
-    "grid_sample_cpu",
-    "half_kernels",
-    "half_dtypes",
-    "augmentation",
-    "fp16_conv_hang",
+    "utils_grids",
+    "feature_descriptors",
+    "geometry_subpix",
+    "feature_patches",
+    "warp_sampling",
+    "torch_ops",
+    "kornia_dtypes",
+    "augmentation_pipeline",
+    "filters_conv_hang",
     "warp_geometry",
-    "cpu_half",
+    "networks_cpu_half",
 )
+
+
+# The names fixes had before they were named by kornia area (<area>_<what>). Accepted wherever a
+# fix is named: apply/revert/patched/unpatched, KORNIA_HALFPATCH_FIXES/EXCLUDE, report.fixes[...].
+FORMER_NAMES = {
+    "meshgrid": "utils_grids",
+    "descriptor_norm": "feature_descriptors",
+    "quad_interp_solve": "geometry_subpix",
+    "laf_patches": "feature_patches",
+    "grid_sample_cpu": "warp_sampling",
+    "half_kernels": "torch_ops",
+    "half_dtypes": "kornia_dtypes",
+    "fp16_conv_hang": "filters_conv_hang",
+    "augmentation": "augmentation_pipeline",
+    "cpu_half": "networks_cpu_half",
+}
+
+
+def canonical_name(name: str) -> str:
+    return FORMER_NAMES.get(name, name)
 
 
 def load_fixes() -> List["Fix"]:  # noqa: F821
@@ -35,8 +55,10 @@ def _load(name: str) -> "Fix":  # noqa: F821
     except Exception as exc:  # noqa: BLE001 - one broken fix module must not take the others down
         from .._engine import Fix
 
+        error = exc  # Python unbinds `exc` when the except block ends; the closure keeps `error`
+
         def fail(options: Dict[str, object]) -> None:
-            raise exc
+            raise error
 
         # The engine evaluates it like any fix: configure() raises, so it is skipped as failed.
         return Fix(name=name, targets=(), configure=fail)

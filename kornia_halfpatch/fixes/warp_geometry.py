@@ -33,8 +33,8 @@ The matrix builders (``get_rotation_matrix2d``, ``get_affine_matrix2d``/``3d``,
 ``get_projective_transform``, ``invert_affine_transform``) are rows too: a warp handed a matrix
 built in half gets a transform off by the half trigonometry (cos 90 degrees = 4.8e-4 in bfloat16).
 
-Left where they are (one target, one fix): ``warp_image_tps`` (half_dtypes promotes it
-wholesale already) and ``_transform_warp_impl3d`` (half_kernels, CPU; the ``warp_perspective3d``
+Left where they are (one target, one fix): ``warp_image_tps`` (kornia_dtypes promotes it
+wholesale already) and ``_transform_warp_impl3d`` (torch_ops, CPU; the ``warp_perspective3d``
 row here wraps it, so it sees float32 and passes through).
 """
 
@@ -78,7 +78,7 @@ ROWS = (
          "decided by the homography's dtype, grid narrowed to it", "warp_grid_call", trigger="src_homo_dst"),
     _row(f"{IMGWARP}:warp_affine3d", f"{GRID}, in three dimensions", "warp_affine3d_call"),
     _row(f"{IMGWARP}:warp_perspective3d",
-         f"{GRID}, in three dimensions (on CPU the matrix inverse also has no half kernel: half_kernels' "
+         f"{GRID}, in three dimensions (on CPU the matrix inverse also has no half kernel: torch_ops' "
          "_transform_warp_impl3d row, reached here in float32)", "warp_perspective3d_call"),
     _row(f"{IMGWARP}:homography_warp3d", f"{GRID}, in three dimensions", "homography_warp3d_call"),
     _row(f"{IMGWARP}:warp_grid3d", "the 3-D grid transformed by a half homography: the division in half",

@@ -1,4 +1,4 @@
-"""Kornia 0.9.0's descriptors on the same weights: the oracle of the ``descriptor_norm`` tests.
+"""Kornia 0.9.0's descriptors on the same weights: the oracle of the ``feature_descriptors`` tests.
 
 Pretrained weights cannot be downloaded here, so every network gets seeded weights built by
 :func:`seeded_state_dict` (pure torch, independent of kornia, identical in every environment;

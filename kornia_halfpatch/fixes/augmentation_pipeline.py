@@ -1,0 +1,330 @@
+"""Augmentations in float16/bfloat16: the float32 augmentation of the widened input, narrowed once
+(issues 10 and 11; docs/fixes/augmentation_pipeline.md).
+
+Kornia 0.7.0-0.8.3 run an augmentation in the input's half dtype: the random parameters are drawn
+in float32 (the generators' dtype), but the transform matrix, its inverse and the sampling grid
+are then built from the half image's dtype, so a pixel coordinate near 180 is resolved to
+0.125 px in float16 and 1 px in bfloat16 (RandomAffine/RandomPerspective/RandomRotation are
+10-20x further from a float64 run than the float32 result rounded once); ColorJiggle's hue of a
+gray pixel is NaN in float16 and becomes an INT_MIN gather index (a crash, NaN in
+VideoSequential); RandomPlanckianJitter returns float32 for a half image.
+
+The entry points are promoted wholesale, not every transform: the ``forward`` of the
+augmentation base class (2D and 3D, and the subclasses that override it), the ``inverse`` of the
+2D geometric base, and ``forward``/``inverse`` of the containers (ImageSequential and through it
+AugmentationSequential, VideoSequential, PatchSequential). For a half input:
+
+- every half tensor argument (image, masks, boxes, keypoints, given parameters; kornia's
+  Boxes/Keypoints objects as copies) is widened to float32, exactly;
+- the installed release's entry point runs on it, so the random parameters are drawn by the same
+  generator calls as for a float32 input under the same seed (the random stream and ``_params``
+  equal the float32 run's) and the warps sample in float32;
+- each output is narrowed once to the dtype of the input it corresponds to (kornia 0.9.0's
+  dtypes: images, float masks, boxes and keypoints in the input's half dtype; an integer mask
+  stays integer; a float32 argument next to a half image stays float32);
+- ``transform_matrix`` (of the module and of every submodule that ran) takes the half dtype the
+  release gives it, rounded once from the float32 matrix; the float32 matrix is kept aside and
+  put back while a later half ``inverse``/``forward`` runs, so an inverse equals the float32
+  inverse narrowed.
+
+A container runs its children on the widened float32 tensors, so a promoted child inside a
+promoted container sees float32 and passes through: nothing is widened twice. float32/float64
+inputs call the original unchanged (outputs, ``_params`` and random streams bitwise the
+release's); integer inputs are not promoted and get kornia's own error.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import weakref
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import torch
+
+from .._model import Finding, Fix, Target, bug_present, unsupported
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
+
+# module -> (the narrowed transform matrix handed to the user, the float32 one it came from)
+_FLOAT32_MATRICES: "weakref.WeakKeyDictionary[torch.nn.Module, Tuple[torch.Tensor, torch.Tensor]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _is_geometry(value: Any) -> bool:
+    kind = type(value)
+    return kind.__name__ in GEOMETRY_CLASSES and kind.__module__.startswith("kornia.geometry")
+
+
+def _first_floating_dtype(value: Any) -> Optional[torch.dtype]:
+    if isinstance(value, torch.Tensor):
+        return value.dtype if value.is_floating_point() else None
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_floating_dtype(item)
+            if found is not None:
+                return found
+    if isinstance(value, dict):
+        for item in value.values():
+            found = _first_floating_dtype(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _rebuild(container: Any, items: list) -> Any:
+    if isinstance(container, list):
+        return items
+    if hasattr(container, "_fields"):  # ParamItem, PatchParamItem: named tuples
+        return type(container)(*items)
+    return type(container)(items)
+
+
+def _widen(value: Any) -> Any:
+    """Half tensors (at any depth of lists, tuples, dicts) widened to float32, exactly; the same
+    object back where nothing is half (kornia updates a caller's params dict in place)."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype in HALF_DTYPES else value
+    if _is_geometry(value):
+        # Boxes.type/Keypoints.type convert in place: widen a copy, never the caller's object.
+        return value.clone().type(torch.float32) if value.dtype in HALF_DTYPES else value
+    if isinstance(value, (list, tuple)):
+        items = [_widen(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value)) else _rebuild(value, items)
+    if isinstance(value, dict):
+        widened = {key: _widen(item) for key, item in value.items()}
+        return value if all(widened[key] is item for key, item in value.items()) else widened
+    return value
+
+
+def _narrow(value: Any, reference: Any, dtype: torch.dtype) -> Any:
+    """Each float32 output narrowed once to the half dtype of the input it came from (the trigger's
+    dtype where no input corresponds); outputs of float32 or integer inputs left as computed."""
+    if (isinstance(reference, torch.Tensor) and reference.is_floating_point()) or _is_geometry(reference):
+        target = reference.dtype if reference.dtype in HALF_DTYPES else None
+    else:
+        # No input, or an integer one (class labels that a mix turns into float mixing weights,
+        # masks): a floating output of it takes the trigger's dtype, integers stay integers.
+        target = dtype
+    if isinstance(value, torch.Tensor):
+        if target is not None and value.dtype == torch.float32:
+            return value.to(target)
+        return value
+    if _is_geometry(value):
+        if target is not None and value.dtype == torch.float32:
+            return value.type(target)  # in place on the run's own (widened) object
+        return value
+    if isinstance(value, (list, tuple)):
+        if isinstance(reference, (list, tuple)) and len(reference) == len(value):
+            references: Sequence[Any] = reference
+        else:
+            references = [None] * len(value)
+        return _rebuild(value, [_narrow(item, ref, dtype) for item, ref in zip(value, references)])
+    if isinstance(value, dict):
+        references_by_key = reference if isinstance(reference, dict) else {}
+        return {key: _narrow(item, references_by_key.get(key), dtype) for key, item in value.items()}
+    return value
+
+
+def _output_reference(args: tuple, output: Any) -> Any:
+    """Which input each output corresponds to: the arguments in order (AugmentationSequential's
+    data keys), or the one input for a tensor (and for the image of a (image, matrix) pair)."""
+    if len(args) == 1 and not isinstance(output, (list, tuple)):
+        return args[0]
+    if isinstance(output, (list, tuple)) and len(args) == len(output):
+        return list(args)
+    if isinstance(output, (list, tuple)) and len(args) == 1 and isinstance(args[0], torch.Tensor):
+        return [args[0]] + [None] * (len(output) - 1)
+    return None
+
+
+def _put_back_float32_matrices(module: torch.nn.Module) -> Dict[int, Any]:
+    """Before a promoted call: every matrix this shim narrowed is swapped back to its float32
+    value (an inverse from a half-rounded matrix would lose what the float32 run keeps)."""
+    before: Dict[int, Any] = {}
+    for sub in module.modules():
+        state = sub.__dict__
+        kept = _FLOAT32_MATRICES.get(sub)
+        if kept is not None and state.get("_transform_matrix") is kept[0]:
+            state["_transform_matrix"] = kept[1]
+        before[id(sub)] = (state.get("_transform_matrix"), state.get("_transform_matrices"))
+    return before
+
+
+def _narrow_matrices(module: torch.nn.Module, dtype: torch.dtype, before: Dict[int, Any]) -> None:
+    for sub in module.modules():
+        state = sub.__dict__
+        if "_transform_matrix" not in state and "_transform_matrices" not in state:
+            continue
+        matrices = state.get("_transform_matrices")
+        if state.get("_transform_matrix") is None and matrices:
+            # A container composes its children's matrices lazily: compose them now, in float32,
+            # so the product is rounded once.
+            try:
+                sub.transform_matrix  # noqa: B018 - the property caches the product
+            except Exception:  # noqa: BLE001 - left to the release's own lazy path
+                pass
+        matrix = state.get("_transform_matrix")
+        previous_matrix, previous_list = before.get(id(sub), (None, None))
+        kept = _FLOAT32_MATRICES.get(sub)
+        if isinstance(matrix, torch.Tensor) and matrix.dtype == torch.float32:
+            if kept is not None and matrix is kept[1]:
+                state["_transform_matrix"] = kept[0]  # unchanged by this call: the same narrowed one
+            elif matrix is not previous_matrix:
+                narrowed = matrix.to(dtype)
+                state["_transform_matrix"] = narrowed
+                _FLOAT32_MATRICES[sub] = (narrowed, matrix)
+        matrices = state.get("_transform_matrices")
+        if isinstance(matrices, list) and matrices is not previous_list:
+            state["_transform_matrices"] = [
+                m.to(dtype) if isinstance(m, torch.Tensor) and m.dtype == torch.float32 else m for m in matrices
+            ]
+
+
+def _promoted_call(
+    original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype
+) -> Any:
+    before = _put_back_float32_matrices(module)
+    output = original(module, *_widen(args), **_widen(kwargs))
+    _narrow_matrices(module, dtype, before)
+    return _narrow(output, _output_reference(data, output), dtype)
+
+
+def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple) -> Any:
+    """``data``: the data arguments (the image first; AugmentationSequential's ``*args``), whose
+    first floating tensor decides; ``args``/``kwargs``: the call as the original receives it."""
+    dtype = _first_floating_dtype(data)
+    if dtype not in HALF_DTYPES:
+        return original(module, *args, **kwargs)
+    return _promoted_call(original, module, args, kwargs, data, dtype)
+
+
+def build_entry_point(original: Any) -> Any:
+    """``forward``/``inverse`` of an augmentation or container, promoted for half inputs.
+
+    Written out with the original's own parameter list (defaults taken from the function object,
+    as ``_codegen`` does), so the replacement has the original's ``__defaults__`` and signature."""
+    parameters = list(inspect.signature(original).parameters.values())
+    if not parameters or parameters[0].name != "self":
+        raise TypeError(f"{original.__qualname__}: expected a method taking self first")
+    namespace: Dict[str, Any] = {"_halfpatch_original": original, "_halfpatch_dispatch": _dispatch}
+    pieces, positional, keywords = ["self"], [], []
+    variadic = variadic_keywords = None
+    marked_keyword_only = False
+    for parameter in parameters[1:]:
+        name = parameter.name
+        default = f" = _halfpatch_default_{name}" if parameter.default is not parameter.empty else ""
+        if parameter.default is not parameter.empty:
+            namespace[f"_halfpatch_default_{name}"] = parameter.default
+        if parameter.kind == parameter.POSITIONAL_OR_KEYWORD:
+            pieces.append(name + default)
+            positional.append(name)
+        elif parameter.kind == parameter.VAR_POSITIONAL:
+            pieces.append(f"*{name}")
+            variadic, marked_keyword_only = name, True
+        elif parameter.kind == parameter.KEYWORD_ONLY:
+            if not marked_keyword_only:
+                pieces.append("*")
+                marked_keyword_only = True
+            pieces.append(name + default)
+            keywords.append(name)
+        elif parameter.kind == parameter.VAR_KEYWORD:
+            pieces.append(f"**{name}")
+            variadic_keywords = name
+        else:
+            raise TypeError(f"{original.__qualname__}: positional-only parameter {name}")
+    args = "(" + "".join(f"{name}, " for name in positional) + ")"
+    if variadic is not None:
+        args += f" + tuple({variadic})"
+    kwargs = "{" + ", ".join(f"{name!r}: {name}" for name in keywords) + "}"
+    if variadic_keywords is not None:
+        kwargs = f"dict({kwargs}, **{variadic_keywords})"
+    # The data: AugmentationSequential's *args, else the first parameter (the image).
+    data = variadic if variadic is not None else f"({positional[0]},)" if positional else "()"
+    name = original.__name__
+    source = (
+        f"def {name}({', '.join(pieces)}):\n"
+        f"    return _halfpatch_dispatch(_halfpatch_original, self, {args}, {kwargs}, {data})\n"
+    )
+    filename = f"<kornia_halfpatch generated augmentation entry point {original.__qualname__}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    entry_point = namespace[name]
+    entry_point.__defaults__ = original.__defaults__
+    entry_point.__kwdefaults__ = original.__kwdefaults__
+    entry_point.__doc__ = original.__doc__
+    entry_point.__signature__ = inspect.signature(original)  # with the original's annotations
+    return entry_point
+
+
+WHOLESALE = (
+    "the random parameters drawn as for float32 (same seed, same stream), the matrix, its inverse and "
+    "the sampling grid in float32 (half pixel coordinates are 0.125-1 px coarse near 180 px), narrowed once"
+)
+
+
+def _entry(path: str, reason: str) -> Target:
+    return Target((path,), build_entry_point, ("self",), optional=True, reason=reason)
+
+
+TARGETS = (
+    _entry("kornia.augmentation.base:_BasicAugmentationBase.forward",
+           "every 2D/3D augmentation's forward: " + WHOLESALE + "; ColorJiggle's gray-pixel hue is NaN in "
+           "float16 (a crash in hsv_to_rgb), RandomPlanckianJitter returns float32: both in float32, narrowed"),
+    _entry("kornia.augmentation._2d.geometric.base:GeometricAugmentationBase2D.inverse",
+           "the inverse warp from the float32 matrix kept by the forward, sampled in float32, narrowed once"),
+    _entry("kornia.augmentation._3d.geometric.crop:RandomCrop3D.forward",
+           "RandomCrop3D overrides forward: as every augmentation's forward"),
+    _entry("kornia.augmentation._2d.mix.base:MixAugmentationBaseV2.forward",
+           "the mix augmentations override forward (several data keys): as every augmentation's forward"),
+    _entry("kornia.augmentation._2d.mix.transplantation:RandomTransplantation.forward",
+           "RandomTransplantation overrides forward: as every augmentation's forward"),
+    _entry("kornia.augmentation.auto.base:PolicyAugmentBase.forward",
+           "AutoAugment/RandAugment/TrivialAugment (0.7.4+): the policies run on the widened float32 image, "
+           "their matrices composed in float32 (a half child matrix met a float32 product: 'expected scalar "
+           "type Float but found Half'), narrowed once"),
+    _entry("kornia.augmentation.container.base:ImageSequentialBase.forward",
+           "ImageSequential: the children run on the widened float32 image (each draws as for float32), "
+           "the composed output narrowed once"),
+    _entry("kornia.augmentation.container.base:ImageSequentialBase.inverse",
+           "ImageSequential's inverse: from the children's float32 matrices, narrowed once"),
+    _entry("kornia.augmentation.container.augment:AugmentationSequential.forward",
+           "AugmentationSequential: image, masks, boxes and keypoints widened, transformed by the float32 run, "
+           "each narrowed to its own input's dtype (integer masks stay integer)"),
+    _entry("kornia.augmentation.container.augment:AugmentationSequential.inverse",
+           "AugmentationSequential's inverse: from the float32 matrices, each output narrowed to its input's dtype"),
+    _entry("kornia.augmentation.container.video:VideoSequential.forward",
+           "VideoSequential: the frames in float32 (a NaN hue in float16 was NaN output), narrowed once"),
+    _entry("kornia.augmentation.container.video:VideoSequential.inverse",
+           "VideoSequential's inverse in float32, narrowed once"),
+    _entry("kornia.augmentation.container.patch:PatchSequential.forward",
+           "PatchSequential: the patches augmented in float32, narrowed once"),
+    _entry("kornia.augmentation.container.patch:PatchSequential.inverse",
+           "PatchSequential's inverse in float32, narrowed once"),
+)
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    """The shape the wrapper relies on: the augmentation base draws its parameters from a
+    generator of its own dtype (float32 unless the user changed it), independent of the input's
+    dtype, so a float32 run of a half input draws the same parameters."""
+    base_forward = originals[0]
+    if base_forward is None:
+        return unsupported("kornia.augmentation's _BasicAugmentationBase.forward not found")
+    from kornia.augmentation import base as augmentation_base
+
+    base = augmentation_base._BasicAugmentationBase
+    for needed in ("forward_parameters", "set_rng_device_and_dtype", "generate_parameters"):
+        if not hasattr(base, needed):
+            return unsupported(f"_BasicAugmentationBase has no {needed}")
+    return bug_present("augmentations build matrices and sampling grids in the half input's dtype")
+
+
+FIX = Fix(
+    name="augmentation_pipeline",
+    targets=TARGETS,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.augmentation_pipeline:demonstrate",
+)

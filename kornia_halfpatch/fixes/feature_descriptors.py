@@ -1,0 +1,241 @@
+"""Local descriptors in half precision: the final normalization runs in float32 (docs/fixes/feature_descriptors.md).
+
+Targets (the ``forward`` of each class, replaced on the class so existing instances get it):
+
+* ``SOSNet`` and ``HyNet``, float16 and bfloat16. Both end in ``LocalResponseNorm`` on a
+  ``(B, C, 1, 1)`` tensor; ``F.local_response_norm`` routes 4-D input through ``avg_pool3d``, which
+  has no CPU half kernel (``NotImplementedError: "avg_pool3d_out_frame" not implemented for
+  'Half'``), and the ``1e-10`` guard added before it flushes to 0 in float16, so a patch the network
+  maps to exactly zero gives 0/0 = NaN where the kernel exists (CUDA, MPS). The replacement runs
+  the network in half precision, then adds the guard and normalizes in float32 and casts back once:
+  the normalization is a sum of 128 squares, cheap in float32, and float32 keeps small descriptors
+  (an untrained SOSNet's are around 1e-3, whose squares are float16 subnormals) exact.
+* ``HardNet`` and ``HardNet8``, float16 only. ``F.normalize``'s ``eps=1e-12`` rounds to 0 in
+  float16, so an all-zero feature vector (a flat patch through bias-free convolutions and
+  untrained BatchNorm) normalizes to NaN. The L2 normalizations (two for HardNet8, around its PCA
+  projection) run in float32; the network stays float16. bfloat16 keeps float32's exponent range
+  and the guard survives, so bfloat16 is left alone.
+* ``SIFTDescriptor`` and ``DenseSIFTDescriptor``, float16 only. Every guard (``sqrt(. + 1e-10)``,
+  ``atan2(gy, gx + 1e-10)``, both ``F.normalize`` calls and the RootSIFT ``+ 1e-10``) is below
+  float16's smallest subnormal, so a flat patch gives an all-NaN descriptor. In these releases the
+  guards *define* a flat patch's float32 descriptor (magnitude sqrt(1e-10) at orientation 2pi:
+  weight only in the first angular bin of each spatial cell), so promoting the guards alone would
+  still not give the release's answer: the Gaussian-weighted magnitudes, about 1e-8, underflow in
+  float16 (smallest subnormal 6e-8) and the histogram comes out zero. The whole descriptor is
+  computed in float32 and narrowed once: the patched float16 result equals the release's own
+  float32 result narrowed, bitwise. (0.9.0 changed SIFT's float32 values and DenseSIFT's shape;
+  those changes are deliberately not imported.) bfloat16 is left alone.
+
+Every non-half input runs the original ``forward`` unchanged (eager, ``torch.jit.trace`` and
+``torch.compile``), so float32/float64 are bit-for-bit the release's. Under ``torch.jit.script``
+the original cannot be called with ``self``, so the four scriptable networks carry the release's
+forward written out; ``torch.jit.is_scripting()`` is resolved statically by the script compiler
+and by dynamo, and the dtype branch reads static metadata, so nothing graph-breaks. ``check``
+confirms on a cheap stub network that the release's SOSNet has the bug and that the written-out
+code computes what the release's forward does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .._model import Finding, Fix, Promote, Target, bug_present, not_needed, unsupported
+from ._common import like
+
+DESCRIPTOR_SIZE = 128
+SELF_INPUT = ("self", "input")
+
+
+def _kornia_check_shape() -> Callable[..., Any]:
+    from kornia.core.check import KORNIA_CHECK_SHAPE
+
+    return KORNIA_CHECK_SHAPE
+
+
+# --------------------------------------------------------------------------------------------
+# SOSNet / HyNet: LocalResponseNorm in float32 for float16 and bfloat16
+
+
+def build_sosnet_forward(original: Any) -> Any:
+    check_shape = _kornia_check_shape()
+
+    def forward(self, input: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
+        half = input.dtype == torch.float16 or input.dtype == torch.bfloat16
+        if not torch.jit.is_scripting():
+            if not half:
+                return original(self, input, eps)
+        check_shape(input, ["B", "1", "32", "32"])
+        descr = self.layers(input)
+        if half:
+            # The guard is added in float32 (1e-10 flushes to 0 in float16) and the norm runs in
+            # float32 (no CPU half avg_pool3d kernel); one rounding back to the input dtype.
+            descr = self.desc_norm(descr.float() + eps).to(descr.dtype)
+        else:
+            descr = self.desc_norm(descr + eps)
+        descr = descr.view(descr.size(0), -1)
+        return descr
+
+    return like(forward, original)
+
+
+def build_hynet_forward(original: Any) -> Any:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        half = x.dtype == torch.float16 or x.dtype == torch.bfloat16
+        if not torch.jit.is_scripting():
+            if not half:
+                return original(self, x)
+        x = self.layer1(x)
+        x = self.layer2(x)
+        x = self.layer3(x)
+        x = self.layer4(x)
+        x = self.layer5(x)
+        x = self.layer6(x)
+        x = self.layer7(x)
+        if half:
+            x = self.desc_norm(x.float() + self.eps_l2_norm).to(x.dtype)
+        else:
+            x = self.desc_norm(x + self.eps_l2_norm)
+        x = x.view(x.size(0), -1)
+        return x
+
+    return like(forward, original)
+
+
+# --------------------------------------------------------------------------------------------
+# HardNet / HardNet8: F.normalize in float32 for float16
+
+
+def build_hardnet_forward(original: Any) -> Any:
+    check_shape = _kornia_check_shape()
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        float16 = input.dtype == torch.float16
+        if not torch.jit.is_scripting():
+            if not float16:
+                return original(self, input)
+        check_shape(input, ["B", "1", "32", "32"])
+        x_norm: torch.Tensor = self._normalize_input(input)
+        x_features: torch.Tensor = self.features(x_norm)
+        x_out = x_features.view(x_features.size(0), -1)
+        if float16:
+            # eps=1e-12 is 0 in float16: a zero vector would give 0/0.
+            return F.normalize(x_out.float(), dim=1).to(x_out.dtype)
+        return F.normalize(x_out, dim=1)
+
+    return like(forward, original)
+
+
+def build_hardnet8_forward(original: Any) -> Any:
+    check_shape = _kornia_check_shape()
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        float16 = input.dtype == torch.float16
+        if not torch.jit.is_scripting():
+            if not float16:
+                return original(self, input)
+        check_shape(input, ["B", "1", "32", "32"])
+        x_norm: torch.Tensor = self._normalize_input(input)
+        x_features: torch.Tensor = self.features(x_norm)
+        mean: torch.Tensor = torch.jit.annotate(torch.Tensor, self.mean)
+        components: torch.Tensor = torch.jit.annotate(torch.Tensor, self.components)
+        x_flat = x_features.view(x_features.size(0), -1)
+        if float16:
+            x_prePCA = F.normalize(x_flat.float()).to(x_flat.dtype)
+            pca = torch.mm(x_prePCA - mean, components)
+            return F.normalize(pca.float(), dim=1).to(pca.dtype)
+        x_prePCA = F.normalize(x_flat)
+        pca = torch.mm(x_prePCA - mean, components)
+        return F.normalize(pca, dim=1)
+
+    return like(forward, original)
+
+
+# --------------------------------------------------------------------------------------------
+# SIFTDescriptor / DenseSIFTDescriptor: the release's float32 descriptor, narrowed, for float16
+# (their forwards assign submodules, so they were never scriptable: table rows suffice)
+
+SIFT_REASON = (
+    "float16 forward in float32, narrowed once: every guard (1e-10) is below float16's smallest "
+    "subnormal, so a flat patch gave an all-NaN descriptor"
+)
+SIFT_ROWS = (
+    Promote("kornia.feature.siftdesc:SIFTDescriptor.forward", SIFT_REASON, half=("float16",),
+            expects_parameters=SELF_INPUT, optional=True, example="kornia_halfpatch.probe_inputs:sift_call"),
+    Promote("kornia.feature.siftdesc:DenseSIFTDescriptor.forward", SIFT_REASON, half=("float16",),
+            expects_parameters=SELF_INPUT, optional=True, example="kornia_halfpatch.probe_inputs:dense_sift_call"),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Behaviour probe: a SOSNet/HyNet whose trunk returns a fixed (B, 128, 1, 1) tensor, so only the
+# release's own final step runs (no convolution: a few milliseconds).
+
+
+class _FixedTrunk(torch.nn.Module):
+    def __init__(self, values: torch.Tensor) -> None:
+        super().__init__()
+        self.values = values
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.values.to(x.dtype).expand(x.shape[0], -1, 1, 1)
+
+
+def _stub(cls: Any, trunk_attributes: Sequence[str], values: torch.Tensor, **kwargs: Any) -> Any:
+    # A real instance (so the release's own final layers and attributes are used) whose trunk is
+    # swapped for a fixed tensor. Not built on the meta device: that imports torch._dynamo (~5 s).
+    stub = cls(pretrained=False, **kwargs)
+    for name in trunk_attributes[:-1]:
+        setattr(stub, name, torch.nn.Identity())
+    setattr(stub, trunk_attributes[-1], _FixedTrunk(values))
+    return stub.eval()
+
+
+def _probe_values() -> torch.Tensor:
+    # Representable in float16 and bfloat16, so the float32 run sees the same descriptor.
+    return (torch.arange(DESCRIPTOR_SIZE, dtype=torch.float32) - 63.5).mul(2.0**-6).view(1, -1, 1, 1)
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    from kornia.feature import HyNet, SOSNet
+
+    sosnet_forward, hynet_forward = originals[0], originals[1]
+    sosnet = _stub(SOSNet, ("layers",), torch.zeros(1, DESCRIPTOR_SIZE, 1, 1))
+    try:
+        flat = sosnet_forward(sosnet, torch.zeros(1, 1, 32, 32, dtype=torch.float16))
+        if bool(torch.isfinite(flat).all()):
+            return not_needed("this SOSNet already gives finite float16 descriptors on CPU")
+    except (NotImplementedError, RuntimeError):
+        pass  # the bug: no CPU half kernel behind LocalResponseNorm
+    # The written-out forwards (used in half precision and under TorchScript) must compute what
+    # the release's forward computes: its float32 result, narrowed, on half-representable values.
+    values = _probe_values()
+    sosnet.layers = _FixedTrunk(values)
+    hynet = _stub(HyNet, tuple(f"layer{i}" for i in range(1, 8)), values, is_bias=False)
+    patch = torch.zeros(1, 1, 32, 32)
+    probes = ((build_sosnet_forward, sosnet_forward, sosnet), (build_hynet_forward, hynet_forward, hynet))
+    for build, original, stub in probes:
+        got = build(original)(stub, patch.half())
+        if got.dtype != torch.float16 or not torch.equal(got, original(stub, patch).half()):
+            return unsupported(f"{original.__qualname__} computes differently from the releases this fix knows")
+    return bug_present()
+
+
+FIX = Fix(
+    name="feature_descriptors",
+    targets=(
+        Target(("kornia.feature.sosnet:SOSNet.forward",), build_sosnet_forward, ("self", "input", "eps"),
+               reason="LocalResponseNorm in float32 with eps in float32 (no CPU half avg_pool3d; 1e-10 is 0 in float16)"),
+        Target(("kornia.feature.hynet:HyNet.forward",), build_hynet_forward, ("self", "x"),
+               reason="LocalResponseNorm in float32 with eps in float32, as SOSNet"),
+        Target(("kornia.feature.hardnet:HardNet.forward",), build_hardnet_forward, SELF_INPUT, optional=True,
+               reason="float16 F.normalize in float32 (its eps 1e-12 is 0 in float16: 0/0 for a zero vector)"),
+        Target(("kornia.feature.hardnet:HardNet8.forward",), build_hardnet8_forward, SELF_INPUT, optional=True,
+               reason="both float16 L2 normalizations in float32, as HardNet"),
+    )
+    + SIFT_ROWS,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.feature_descriptors:demonstrate",
+)

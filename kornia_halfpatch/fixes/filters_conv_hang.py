@@ -1,0 +1,169 @@
+"""float16 depthwise convolutions that never return on CPUs with avx512_fp16 (docs/fixes/torch_ops.md).
+
+On a CPU that reports ``avx512_fp16`` (Sapphire Rapids and later), torch 2.13's oneDNN never
+returns from a float16 depthwise ``F.conv2d`` (groups = channels >= 2) with a 1xk kernel,
+15 <= k <= 31 (measured on a 41x61 and a 64x64 input; k = 14 or 33, kx1 kernels and one channel
+return). kornia reaches it through ``filter2d`` (``filter2d_separable``, so ``gaussian_blur2d``
+with a kernel of 15 or more, ``ScalePyramid`` before 0.8.3, ``box_blur``, ``motion_blur`` ...) and,
+in 0.8.3, ``ScalePyramid._blur_fast`` (its own two depthwise convolutions).
+
+The row promotes ``kornia.filters.filter:filter2d`` for float16 CPU input whose kernel has a side
+of 15 or more: the filter runs in float32 (the input widened exactly; oneDNN's float32 path
+returns) and its output is narrowed once, so the result is the release's float32 filter
+narrowed, bitwise. The guard is wider than the measured range (every side >= 15, both
+orientations, any channel count) because the range was measured on two input sizes only and a
+hang cannot be caught from Python: a few more convolutions in float32 cost little, a missed one
+hangs the program. bfloat16 (its own, returning kernels), float32 and float64 call the original.
+
+Every other kornia ``F.conv2d`` call (``MS_SSIMLoss``'s 33x33 masks, ``blur_pool2d``/
+``max_blur_pool2d`` with a kernel of 15 or more, measured hanging; modules imported later) goes
+through a kornia-scoped ``torch.nn.functional.conv2d`` replacement (the engine's module views,
+shared with warp_sampling's): a float16 CPU convolution with one input channel per group, two or
+more outputs and a side >= 15 runs in float32, narrowed once; every other call is torch's own.
+
+Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]`` (torch 2.13; an older
+torch without it counts as "no flag"). ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the
+choice (default ``auto``), so the workaround can be exercised on any CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence
+
+import torch
+from torch._jit_internal import BroadcastingList2
+
+from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
+
+ENV_FP16_CONV_HANG = "KORNIA_HALFPATCH_FP16_CONV_HANG"
+MODES = ("auto", "on", "off")
+# The smallest kernel side measured to hang (1x15); every side from here up takes float32.
+HANG_KERNEL_SIDE = 15
+
+
+def large_kernel(kernel: torch.Tensor) -> bool:
+    """A kernel with a side of HANG_KERNEL_SIDE (15) or more: filter2d's (B, kh, kw) kernels and
+    0.8.3 ScalePyramid's 1-D Gaussian, used both as 1xk and kx1."""
+    if kernel.shape[-1] >= 15:
+        return True
+    return kernel.dim() >= 2 and kernel.shape[-2] >= 15
+
+
+def cpu_has_avx512_fp16() -> bool:
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    if capabilities is None:
+        return False
+    try:
+        return bool(capabilities().get("avx512_fp16", False))
+    except Exception:  # noqa: BLE001 - a torch whose probe fails: no flag known
+        return False
+
+
+def mode() -> str:
+    value = os.environ.get(ENV_FP16_CONV_HANG, "auto").strip().lower() or "auto"
+    return value if value in MODES else "auto"
+
+
+FILTER_ROW = Promote(
+    "kornia.filters.filter:filter2d",
+    "float16 depthwise conv2d with a kernel side >= 15 never returns in oneDNN on avx512_fp16 CPUs: "
+    "the filter in float32, narrowed once",
+    half=("float16",),
+    device="cpu",
+    guard=f"{__name__}:large_kernel",
+    guard_arguments=("kernel",),
+    expects_parameters=("input", "kernel"),
+    example="kornia_halfpatch.probe_inputs:large_kernel_filter",
+)
+# 0.8.3's ScalePyramid blurs with its own two depthwise F.conv2d calls (1xk, then kx1) on a
+# precomputed 1-D kernel, not through filter2d.
+PYRAMID_ROW = Promote(
+    "kornia.geometry.transform.pyramid:ScalePyramid._blur_fast",
+    "0.8.3 ScalePyramid's own float16 depthwise 1xk conv2d (k >= 15) never returns in oneDNN on avx512_fp16 "
+    "CPUs: the blur in float32, narrowed once",
+    half=("float16",),
+    device="cpu",
+    guard=f"{__name__}:large_kernel",
+    guard_arguments=("kernel",),
+    expects_parameters=("self", "x", "kernel"),
+    optional=True,
+    example="kornia_halfpatch.probe_inputs:pyramid_blur_call",
+)
+
+
+def hang_prone_conv(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """A float16 CPU convolution whose weight has one input channel per group and two or more
+    output channels (depthwise: filter2d, blur_pool2d, MS_SSIM's masks; measured hanging with
+    2 and 3 channels, returning with 1) and a side of HANG_KERNEL_SIDE or more."""
+    return (
+        input.dtype == torch.float16
+        and weight.dtype == torch.float16
+        and input.device.type == "cpu"
+        and weight.dim() == 4
+        and weight.shape[1] == 1
+        and weight.shape[0] >= 2
+        # 15 is HANG_KERNEL_SIDE, written out: TorchScript rejects a closed-over int global
+        and (weight.shape[-1] >= 15 or weight.shape[-2] >= 15)
+    )
+
+
+def build_conv2d(original: Any) -> Any:
+    """``F.conv2d`` as kornia's code calls it: a hang-prone float16 convolution runs in float32
+    (inputs widened exactly) and its output is narrowed once; every other call is torch's own.
+    A plain annotated function (``BroadcastingList2`` as torch's own functional signatures use),
+    so TorchScript compiles the kornia functions that call it and dynamo inlines it."""
+
+    def conv2d(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor] = None,
+        stride: BroadcastingList2[int] = 1,
+        padding: BroadcastingList2[int] = 0,
+        dilation: BroadcastingList2[int] = 1,
+        groups: int = 1,
+    ) -> torch.Tensor:
+        if hang_prone_conv(input, weight):
+            wide_bias: Optional[torch.Tensor] = None
+            if bias is not None:
+                wide_bias = bias.float()
+            return original(input.float(), weight.float(), wide_bias, stride, padding, dilation, groups).to(torch.float16)
+        return original(input, weight, bias, stride, padding, dilation, groups)
+
+    conv2d.__doc__ = original.__doc__
+    return conv2d
+
+
+# kornia's other float16 depthwise convolutions with a side >= 15, measured hanging here:
+# MS_SSIMLoss (33x33 Gaussian masks by default, one group per channel), blur_pool2d/
+# max_blur_pool2d with a kernel of 15 or more; and whatever calls F.conv2d in a release or a
+# module imported later. Kornia's calls only: the module views of the engine.
+CONV2D_TARGET = Target(
+    ("torch.nn.functional:conv2d",),
+    build_conv2d,
+    scope=SCOPE_KORNIA,
+    reason="float16 depthwise conv2d with a kernel side >= 15 never returns in oneDNN on avx512_fp16 CPUs: "
+    "kornia's calls (MS_SSIMLoss, blur_pool2d, ...) convolve in float32, narrowed once",
+)
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    """No convolution is run: a probe that hits the bug never returns."""
+    chosen = mode()
+    raw = os.environ.get(ENV_FP16_CONV_HANG)
+    if chosen == "off":
+        return not_needed(f"{ENV_FP16_CONV_HANG}=off")
+    if chosen == "on":
+        return bug_present(f"forced by {ENV_FP16_CONV_HANG}=on")
+    note = f" ({ENV_FP16_CONV_HANG}={raw!r} is not one of {', '.join(MODES)}: auto)" if raw and raw.strip().lower() not in MODES else ""
+    if cpu_has_avx512_fp16():
+        return bug_present(f"this CPU reports avx512_fp16: float16 depthwise 1xk convolutions (k >= 15) hang in oneDNN{note}")
+    return not_needed(f"this CPU does not report avx512_fp16{note}")
+
+
+FIX = Fix(
+    name="filters_conv_hang",
+    targets=(FILTER_ROW, PYRAMID_ROW, CONV2D_TARGET),
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.filters_conv_hang:demonstrate",
+)

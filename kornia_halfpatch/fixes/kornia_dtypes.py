@@ -1,0 +1,334 @@
+"""float16/bfloat16 accepted, finite and right in color, filters, enhance, metrics, losses,
+feature and augmentation (issue 10; docs/fixes/kornia_dtypes.md).
+
+Each row promotes a kornia function whose half computation is wrong in kornia 0.7.0-0.8.3 for a
+numerical reason the row names (an ``eps`` that is 0 in float16, a sum that passes 65504, a
+variance that cancels, a kernel refusing a dtype): on a float16/bfloat16 tensor the half
+tensor arguments are widened to float32 (exact), the installed release's function runs, and the
+output is narrowed once to the input's half dtype (kornia 0.9.0's output dtype for every row
+here). So the half result is the release's float32 result narrowed, bitwise on CPU.
+float32/float64 call the original unchanged.
+
+Two functions take a dtype, not a tensor (kernel and matrix factories); they are hand-written.
+The augmentation dtype check gains float16/bfloat16 wherever it accepts float32; integer and
+complex inputs still get kornia's own error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Tuple
+
+import torch
+
+from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed
+from ._common import like
+
+EXAMPLES = "kornia_halfpatch.probe_inputs"
+
+
+def _row(path: str, reason: str, example: str, **options: Any) -> Promote:
+    return Promote(path, reason, optional=True, example=f"{EXAMPLES}:{example}", **options)
+
+
+ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
+
+ROWS = (
+    # color
+    _row("kornia.color.hls:rgb_to_hls", ZERO_CHROMA + " (and saturation)", "gray_patch_image"),
+    _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA, "gray_patch_image"),
+    _row("kornia.color.hsv:hsv_to_rgb",
+         "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
+         "(hue * 3/pi) in float32", "hsv_image"),
+    _row("kornia.color.luv:luv_to_rgb",
+         "the XYZ cube and the sRGB gamma of L up to 100 lose 3 half steps and more: in float32", "luv_image"),
+    _row("kornia.color.luv:rgb_to_luv",
+         "black pixels: eps=1e-12 is 0 in float16, so u, v = 0/0 = NaN (bfloat16: 2.75 off); in float32",
+         "black_rgb_image"),
+    _row("kornia.color.lab:rgb_to_lab",
+         "the XYZ cube root and the L*a*b* differences of nearby values cancel in half (0.31 off in float16, "
+         "2.8 in bfloat16): in float32", "rgb_image"),
+    _row("kornia.color.lab:lab_to_rgb",
+         "the inverse cube and the sRGB gamma of L up to 100 lose many half steps (0.027 off in float16, 0.12 "
+         "in bfloat16): in float32", "lab_image"),
+    _row("kornia.color.gray:rgb_to_grayscale",
+         "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
+         "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)", "rgb_image"),
+    _row("kornia.color.colormap:apply_colormap",
+         "KORNIA_CHECK refuses bfloat16: the lookup index computed from the widened image; the colours kept in "
+         "the colormap's dtype (float32 by default), as 0.9.0 returns them", "colormap_call", outputs=("float32",)),
+    # enhance
+    _row("kornia.enhance.adjust:adjust_hue", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:adjust_saturation", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:adjust_hue_raw", ZERO_CHROMA + " on the hsv round trip", "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:adjust_saturation_raw", ZERO_CHROMA + " on the hsv round trip",
+         "gray_image_and_factor"),
+    _row("kornia.enhance.histogram:histogram",
+         "values far from every bin: the kernel sum is 0 and epsilon=1e-10 is 0 in float16, 0/0 = NaN; in float32, "
+         "narrowed to the input's dtype as 0.9.0", "histogram_far_call"),
+    _row("kornia.enhance.histogram:histogram2d",
+         "as histogram: epsilon=1e-10 is 0 in float16, a joint pdf of 0/0; in float32", "histogram2d_far_call"),
+    _row("kornia.enhance.adjust:equalize",
+         "histogram counts pass float16's range (65504) on 256x256 images and its integer grid (2048) on "
+         "smaller ones: the histogram and CDF in float32", "image_to_equalize"),
+    # metrics and losses
+    _row("kornia.metrics.ssim:ssim",
+         "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32",
+         "image_pair_window"),
+    _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32", "image_pair_window"),
+    _row("kornia.metrics.ssim3d:ssim3d",
+         "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
+         "bfloat16): in float32", "volume_pair_window"),
+    _row("kornia.losses.ssim3d:ssim3d_loss", "variance cancellation (see ssim3d): in float32", "volume_pair_window"),
+    _row("kornia.losses.charbonnier:charbonnier_loss",
+         "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32", "image_pair"),
+    # filters and feature
+    _row("kornia.filters.canny:canny",
+         "float16: 'expected scalar type Float but found Half' (a float32 kernel meets the half image); "
+         "bfloat16 refused by rgb_to_grayscale: edges and magnitudes in float32, narrowed once", "rgb_image"),
+    _row("kornia.filters.otsu_thresholding:otsu_threshold",
+         "0.8.x: the class weights and means are cumulative sums of a 256-bin histogram in half; the "
+         "between-class variance picks a threshold 0.5 off: in float32", "ramp_image"),
+    _row("kornia.feature.responses:gftt_response",
+         "the smallest eigenvalue (a+c)/2 - sqrt(((a-c)/2)^2 + b^2) of the structure tensor cancels in half",
+         "single_channel_image"),
+    _row("kornia.feature.laf:make_upright",
+         "the determinant and the rotation of the LAF's linear part round in half (0.002 off in float16, 0.016 in "
+         "bfloat16; eps=1e-9 is 0 in float16): in float32", "laf_call"),
+    _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
+         "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32",
+         "affine_shape_call"),
+    # geometry
+    _row("kornia.geometry.depth:depth_to_normals",
+         "the cross product of neighbouring point differences cancels in half: in float32", "depth_and_camera"),
+    _row("kornia.geometry.transform.thin_plate_spline:get_tps_transform",
+         "r^2 log r of close points underflows and the kernel system is solved in half: NaN; in float32",
+         "tps_points"),
+    _row("kornia.geometry.transform.thin_plate_spline:warp_image_tps",
+         "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32",
+         "tps_warp_call"),
+    _row("kornia.geometry.homography:find_homography_dlt_iterated",
+         "0.8.3: the residual reweighting of half points overflows (NaN); the iterations in float32",
+         "weighted_homography_points"),
+)
+
+# Output dtypes: kornia 0.9.0 keeps histograms in float32 (counts past 2048 lose whole units in
+# float16, past 256 in bfloat16) and returns the input's half dtype where 0.7-0.8 drift to float32.
+OUTPUT_DTYPES = (
+    _row("kornia.enhance.histogram:image_histogram2d",
+         "histogram counts and the kernel density sum lose whole units in half: in float32, kept in float32 "
+         "as 0.9.0 returns them", "histogram_call", outputs=("float32", "float32")),
+    _row("kornia.losses.lovasz_hinge:lovasz_hinge_loss",
+         "float32 returned for half input (float32 sorting buffers); the sorted cumulative Jaccard sums in "
+         "float32, narrowed to the input's dtype as 0.9.0", "lovasz_hinge_call"),
+    _row("kornia.losses.lovasz_softmax:lovasz_softmax_loss",
+         "float32 returned for half input; the cumulative Jaccard sums in float32, narrowed to the input's dtype "
+         "as 0.9.0", "lovasz_softmax_call"),
+    _row("kornia.augmentation._2d.intensity.planckian_jitter:RandomPlanckianJitter.apply_transform",
+         "the float32 Planckian coefficients promote a half image to float32: applied in float32, narrowed "
+         "to the input's dtype as 0.9.0", "planckian_call"),
+    _row("kornia.feature.scale_space_detector:ScaleSpaceDetector.detect",
+         "LAF centres of a half image step by whole pixels (bfloat16 above 128 px, float16 above 1024 px after "
+         "scaling): detection in float32, LAFs kept in float32 and responses narrowed as 0.9.0 returns them "
+         "(SIFTFeature, SIFTFeatureScaleSpace, GFTTAffNetHardNet, HesAffNetHardNet)",
+         "scale_space_detect_call", outputs=("narrow", "float32")),
+    _row("kornia.geometry.transform.pyramid:ScalePyramid.forward",
+         "the octaves after the first return float32 sigmas and pixel distances for a half image (0.9.0: the "
+         "image's dtype); the Gaussian blurs of the half pyramid accumulate one rounding per level: in float32, "
+         "every output narrowed once", "scale_pyramid_call"),
+    _row("kornia.feature.mkd:MKDDescriptor.forward",
+         "the float32 embeddings (kept outside the module's buffers, so .half() cannot convert them) promote a "
+         "half patch to float32: computed in float32, narrowed to the patch's dtype as 0.9.0 returns a "
+         "converted module's descriptors", "mkd_call"),
+)
+
+ALLOW_LISTS = (
+    WidenDtypes("kornia.augmentation.utils.helpers:_validate_input_dtype",
+                "every augmentation refuses bfloat16 (accepts float16/32/64): half gained where float32 is accepted",
+                optional=True, example=f"{EXAMPLES}:augmentation_dtype_check"),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Factories that take a dtype, not a tensor: written out
+
+
+def _is_half(dtype: torch.dtype) -> bool:
+    return dtype == torch.float16 or dtype == torch.bfloat16
+
+
+def build_discrete_kernel(original: Any) -> Any:
+    def get_gaussian_discrete_kernel1d(kernel_size, sigma, force_even=False, *, device=None, dtype=None):
+        half = dtype if dtype is not None and _is_half(dtype) else None
+        if half is None and isinstance(sigma, torch.Tensor) and _is_half(sigma.dtype):
+            half = sigma.dtype
+        if half is not None:
+            # The modified Bessel series sums terms up to e^(sigma^2)-sized (its scaled form still
+            # overflows 65504): the float32 coefficients, each in [0, 1], narrowed once.
+            widened = sigma.float() if isinstance(sigma, torch.Tensor) else sigma
+            return original(kernel_size, widened, force_even, device=device,
+                            dtype=torch.float32 if dtype is not None else None).to(half)
+        return original(kernel_size, sigma, force_even, device=device, dtype=dtype)
+
+    return like(get_gaussian_discrete_kernel1d, original)
+
+
+def build_normal_transform_pixel(original: Any) -> Any:
+    def normal_transform_pixel(
+        height: int,
+        width: int,
+        eps: float = 1e-14,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> torch.Tensor:
+        # `is not None` first: TorchScript compares an Optional[dtype] only after refining it.
+        if dtype is not None and _is_half(dtype):
+            matrix = original(height, width, eps, device, torch.float32)
+            # A side of 1 divides by eps: 2/eps = 2e14 is Inf in float16 (and meaningless in
+            # bfloat16). That side has one pixel, coordinate 0, which maps to -1 under any scale,
+            # so the scale of 0.9.0 (1) gives the same normalised coordinate and stays finite.
+            if width == 1:
+                matrix[..., 0, 0] = 1.0
+            if height == 1:
+                matrix[..., 1, 1] = 1.0
+            return matrix.to(dtype)
+        return original(height, width, eps, device, dtype)
+
+    return like(normal_transform_pixel, original)
+
+
+def _side_one_normalization(original: Any) -> Any:
+    """The release's float32 pixel-to-[-1, 1] matrix with the half rule for a side of 1 (scale 1),
+    built from the release's own normal_transform_pixel (a closure, so TorchScript compiles it)."""
+    normal_transform_pixel = original.__globals__["normal_transform_pixel"]
+
+    def normalization_in_float32(height: int, width: int, device: torch.device) -> torch.Tensor:
+        matrix = normal_transform_pixel(height, width, device=device, dtype=torch.float32)
+        if width == 1:
+            matrix[..., 0, 0] = 1.0
+        if height == 1:
+            matrix[..., 1, 1] = 1.0
+        return matrix
+
+    return normalization_in_float32
+
+
+def build_normalize_homography(original: Any) -> Any:
+    _normalization_in_float32 = _side_one_normalization(original)
+
+    def normalize_homography(
+        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
+    ) -> torch.Tensor:
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            half = dst_pix_trans_src_pix.dtype
+            widened = dst_pix_trans_src_pix.float()
+            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
+                return original(widened, dsize_src, dsize_dst).to(half)
+            # The release builds its normalisation in float32 and casts it to half: a side of 1
+            # divides by eps=1e-14, and the 2e14 entry is Inf in float16 (and swamps every other
+            # term in bfloat16). Scale 1 on that side (normal_transform_pixel's half rule: the one
+            # pixel still maps to -1), the chain in float32, narrowed once.
+            src = _normalization_in_float32(dsize_src[0], dsize_src[1], widened.device)
+            dst = _normalization_in_float32(dsize_dst[0], dsize_dst[1], widened.device)
+            return (dst @ (widened @ torch.inverse(src))).to(half)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(normalize_homography, original)
+
+
+def build_denormalize_homography(original: Any) -> Any:
+    _normalization_in_float32 = _side_one_normalization(original)
+
+    def denormalize_homography(
+        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
+    ) -> torch.Tensor:
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            half = dst_pix_trans_src_pix.dtype
+            widened = dst_pix_trans_src_pix.float()
+            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
+                return original(widened, dsize_src, dsize_dst).to(half)
+            # As normalize_homography: the 2e14 scale of a side of 1 is Inf in float16.
+            src = _normalization_in_float32(dsize_src[0], dsize_src[1], widened.device)
+            dst = _normalization_in_float32(dsize_dst[0], dsize_dst[1], widened.device)
+            return (torch.inverse(dst) @ (widened @ src)).to(half)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(denormalize_homography, original)
+
+
+class _HalfResponseView:
+    """A MultiResolutionDetector seen with a float32 image: its response model still runs on the
+    half image (with the module's half weights), and everything after it in float32."""
+
+    def __init__(self, module: Any, dtype: torch.dtype) -> None:
+        self._module = module
+        self._dtype = dtype
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def model(self, image: torch.Tensor) -> torch.Tensor:
+        # Narrowing the widened image back is exact; widening the response is exact, so the
+        # non-maximum suppression picks exactly the release's half candidates.
+        return self._module.model(image.to(self._dtype)).float()
+
+
+def build_single_level_detection(original: Any) -> Any:
+    def detect_features_on_single_level(self, level_img, num_kp, factor):
+        if _is_half(level_img.dtype):
+            half = level_img.dtype
+            scores, lafs = original(_HalfResponseView(self, half), level_img.float(), num_kp, factor)
+            # Pixel positions times the level's scale factor: in half they round to whole pixels
+            # (bfloat16 above 256 px, float16 above 2048 px), so the LAFs stay in float32 as in
+            # 0.9.0. The scores are half values widened; 0.8.3's fill for the unfilled slots is
+            # finfo(dtype).min / 2, which is finfo(half).min / 2 in the release's half run.
+            scores = scores.clamp_min(torch.finfo(half).min / 2).to(half)
+            return scores, lafs
+        return original(self, level_img, num_kp, factor)
+
+    return like(detect_features_on_single_level, original)
+
+
+FACTORIES = (
+    Target(("kornia.filters.kernels:get_gaussian_discrete_kernel1d",), build_discrete_kernel,
+           ("kernel_size", "sigma", "force_even"), optional=True,
+           reason="the Bessel series overflows float16: all NaN; coefficients in float32, narrowed once "
+                  "(the discrete Gaussian blurs use it)",
+           example=f"{EXAMPLES}:discrete_kernel_call"),
+    Target(("kornia.geometry.conversions:normal_transform_pixel",), build_normal_transform_pixel,
+           ("height", "width", "eps"), optional=True,
+           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; its scale is 1 (0.9.0's) in half",
+           example=f"{EXAMPLES}:normal_transform_call"),
+    Target(("kornia.geometry.conversions:normalize_homography",), build_normalize_homography,
+           ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
+           reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
+                  "with scale 1 on that side, narrowed once (warp_perspective, warp_affine call it)",
+           example=f"{EXAMPLES}:normalize_homography_call"),
+    Target(("kornia.geometry.conversions:denormalize_homography",), build_denormalize_homography,
+           ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
+           reason="as normalize_homography: a side of 1 gives Inf in float16; in float32, narrowed once",
+           example=f"{EXAMPLES}:normalize_homography_call"),
+    Target(("kornia.feature.scale_space_detector:MultiResolutionDetector.detect_features_on_single_level",),
+           build_single_level_detection, ("self", "level_img", "num_kp", "factor"), optional=True,
+           reason="LAF centres (pixel index x level factor) of a half image round to whole pixels: the response "
+                  "model in half as the release, LAFs built in float32 as 0.9.0 returns them (KeyNetDetector, "
+                  "KeyNetHardNet, KeyNetAffNetHardNet)",
+           example=f"{EXAMPLES}:single_level_detection_call"),
+)
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    """The zero-chroma NaN of rgb_to_hsv in float16, or bfloat16 refused by rgb_to_grayscale."""
+    rgb_to_hls = originals[0]
+    if rgb_to_hls is not None:
+        gray = torch.full((1, 3, 1, 1), 0.5, dtype=torch.float16)
+        if not bool(torch.isfinite(rgb_to_hls(gray)).all()):
+            return bug_present("rgb_to_hls of a gray float16 pixel is NaN (eps=1e-8 is 0 in float16)")
+    return not_needed("rgb_to_hls of a gray float16 pixel is finite")
+
+
+FIX = Fix(
+    name="kornia_dtypes",
+    targets=ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.kornia_dtypes:demonstrate",
+)

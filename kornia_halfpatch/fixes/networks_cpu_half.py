@@ -1,0 +1,458 @@
+"""float16 networks on CPU: the convolutional trunk in float32 where the CPU has no float16 arithmetic (docs/fixes/networks_cpu_half.md).
+
+On a CPU without native float16 arithmetic (no ``avx512_fp16``/``amx_fp16`` on x86, no FP16
+arithmetic on aarch64) torch runs float16 convolutions through a slow path: SOSNet and HardNet
+take 26-36x their float32 time (issue 12). Kornia's learned modules inherit it in every release
+and in 0.9.0.
+
+``apply(cpu_half=...)`` / ``KORNIA_HALFPATCH_CPU_HALF`` choose how they compute float16 on CPU:
+
+* ``"native"``: as the release does (float16 convolutions). Nothing is installed.
+* ``"float32"``: a float16 CPU input to a module whose parameters are float16 runs the module's
+  own forward on the input widened to float32, with float32 copies of its parameters and
+  buffers (``torch.func.functional_call``), and the output is narrowed once: bitwise the
+  module's float32 forward, ``copy.deepcopy(m).float()(x.float()).half()``. The copies are
+  cached per module while no gradient is needed and rebuilt when a parameter or buffer changes
+  (its version counter, storage, dtype or device); with gradients the widening happens inside
+  the graph, so gradients reach the float16 parameters (narrowed once, by the cast's backward).
+* ``"auto"`` (default): ``"native"`` when the CPU reports float16 arithmetic, else ``"float32"``.
+  ``KORNIA_HALFPATCH_CPU_NATIVE_HALF=1|0`` overrides what the CPU reports (for tests).
+
+Where it hooks: each row class gets its own ``_call_impl`` (the method ``nn.Module.__call__``
+runs), not a new ``forward``. feature_descriptors already replaces the ``forward`` of SOSNet, HyNet,
+HardNet and HardNet8; a second replacement of the same attribute would make the result depend on
+the order of apply/revert. The ``_call_impl`` hook runs the module once more in float32, through
+whatever ``forward`` is installed (feature_descriptors's passes float32 to the release's), so the
+two fixes compose in any order and each reverts alone. The class never held ``_call_impl``
+itself; revert deletes it again. ``forward`` called directly and TorchScript (which compiles
+``forward``, never ``_call_impl``) run natively. bfloat16 (fast natively), float32/float64,
+CUDA and MPS inputs take the release's path untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import weakref
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import torch
+
+from .. import _environment as environment
+from .._model import Finding, Fix, Target, bug_present, not_needed
+from .filters_conv_hang import cpu_has_avx512_fp16
+
+OPTION = "cpu_half"
+MODES = ("auto", "native", "float32")
+ENV_CPU_HALF = environment.ENV_CPU_HALF
+# What "auto" believes about the CPU: 1 = it has float16 arithmetic, 0 = it has not.
+ENV_NATIVE_HALF = "KORNIA_HALFPATCH_CPU_NATIVE_HALF"
+
+# --------------------------------------------------------------------------------------------
+# The table: kornia's convolutional nn.Modules taking images or patches, per release. A module
+# reached through one of these (a submodule of a row: KeyNet's _FeatureExtractor, the DISK Unet's
+# blocks) or holding one (LAFOrienter, the LocalFeature pipelines, KeyNetDetector, DeDoDe) runs
+# in float32 through it. Every candidate is optional: each release has a subset.
+
+ROW_CLASSES: Tuple[Tuple[str, ...], ...] = (
+    ("kornia.feature.sosnet:SOSNet",),
+    ("kornia.feature.hardnet:HardNet",),
+    ("kornia.feature.hardnet:HardNet8",),
+    ("kornia.feature.hynet:HyNet",),
+    ("kornia.feature.tfeat:TFeat",),
+    ("kornia.feature.keynet:KeyNet",),
+    ("kornia.feature.orientation:OriNet",),
+    ("kornia.feature.affine_shape:LAFAffNetShapeEstimator",),
+    ("kornia.feature.disk.disk:DISK",),
+    # DISK.detect calls its Unet directly, not DISK.__call__.
+    ("kornia.feature.disk._unets.unet:Unet",),
+    ("kornia.feature.dedode.detector:DeDoDeDetector",),
+    ("kornia.feature.dedode.descriptor:DeDoDeDescriptor",),
+    ("kornia.feature.aliked.aliked:ALIKED",),
+    ("kornia.feature.xfeat:XFeatModel",),
+    ("kornia.feature.sold2.backbones:SOLD2Net",),
+    ("kornia.feature.loftr.backbone.resnet_fpn:ResNetFPN_8_2",),
+    ("kornia.feature.loftr.backbone.resnet_fpn:ResNetFPN_16_4",),
+    ("kornia.feature.defmo:DeFMO",),
+    ("kornia.filters.dexined:DexiNed", "kornia.models.dexined:DexiNed"),
+    ("kornia.contrib.face_detection:YuFaceDetectNet", "kornia.models.yunet.model:YuNet"),
+    ("kornia.models.super_resolution.small_sr:SmallSRNet", "kornia.models.small_sr:SmallSRNet"),
+)
+
+REASON = (
+    "float16 CPU forward with float32 copies of the weights on the widened input, narrowed once: "
+    "float16 convolutions have no fast CPU path without float16 arithmetic (26-36x float32)"
+)
+
+# Conv-holding kornia classes that are not rows, and why (tests/test_fix_networks_cpu_half.py keeps this
+# and ROW_CLASSES true against the installed release's source).
+REACHED_THROUGH: Dict[str, str] = {
+    # class -> the row whose instances hold it
+    "kornia.feature.keynet:_FeatureExtractor": "KeyNet",
+    "kornia.feature.disk._unets.blocks:Conv": "Unet",
+    "kornia.feature.disk._unets.blocks:ThinUnetUpBlock": "Unet",
+    "kornia.feature.dedode.vgg:VGG": "DeDoDeDetector",
+    "kornia.feature.dedode.decoder:ConvRefiner": "DeDoDeDetector",
+    "kornia.feature.dedode.transformer.layers.patch_embed:PatchEmbed": "DeDoDeDescriptor",
+    "kornia.feature.aliked.aliked:ConvBlock": "ALIKED",
+    "kornia.feature.aliked.aliked:ResBlock": "ALIKED",
+    "kornia.feature.aliked.aliked:DeformableConv2d": "ALIKED",
+    "kornia.feature.aliked.aliked:SDDH": "ALIKED",
+    "kornia.feature.xfeat:BasicLayer": "XFeatModel",
+    "kornia.feature.sold2.backbones:Bottleneck2D": "SOLD2Net",
+    "kornia.feature.sold2.backbones:HourglassNet": "SOLD2Net",
+    "kornia.feature.sold2.backbones:MultitaskHead": "SOLD2Net",
+    "kornia.feature.sold2.backbones:PixelShuffleDecoder": "SOLD2Net",
+    "kornia.feature.sold2.backbones:SuperpointDecoder": "SOLD2Net",
+    "kornia.feature.sold2.backbones:SuperpointDescriptor": "SOLD2Net",
+    "kornia.feature.defmo:EncoderDeFMO": "DeFMO",
+    "kornia.feature.defmo:RenderingDeFMO": "DeFMO",
+    "kornia.feature.defmo:ResNet": "DeFMO",
+    "kornia.filters.dexined:CoFusion": "DexiNed",
+    "kornia.filters.dexined:DoubleConvBlock": "DexiNed",
+    "kornia.filters.dexined:SingleConvBlock": "DexiNed",
+    "kornia.filters.dexined:UpConvBlock": "DexiNed",
+    "kornia.filters.dexined:_DenseLayer": "DexiNed",
+    "kornia.models.dexined:CoFusion": "DexiNed",
+    "kornia.models.dexined:DoubleConvBlock": "DexiNed",
+    "kornia.models.dexined:SingleConvBlock": "DexiNed",
+    "kornia.models.dexined:UpConvBlock": "DexiNed",
+    "kornia.models.dexined:_DenseLayer": "DexiNed",
+    "kornia.contrib.face_detection:ConvDPUnit": "YuFaceDetectNet",
+    "kornia.contrib.face_detection:Conv_head": "YuFaceDetectNet",
+    "kornia.models.yunet.model:ConvDPUnit": "YuNet",
+    "kornia.models.yunet.model:Conv_head": "YuNet",
+}
+
+_FIXED_FILTERS = "fixed (not learned) filters, no parameters: float16 depthwise filters are fast natively"
+_TRANSFORMERS = (
+    "transformer/ViT family: one patch-embedding convolution, compute dominated by attention and "
+    "linear layers; not measured for this issue, left native"
+)
+EXEMPT: Dict[str, str] = {
+    "kornia.feature.siftdesc:SIFTDescriptor": "feature_descriptors computes its float16 forward in float32 already",
+    "kornia.feature.siftdesc:DenseSIFTDescriptor": "feature_descriptors computes its float16 forward in float32 already",
+    "kornia.feature.orientation:PatchDominantGradientOrientation": _FIXED_FILTERS,
+    "kornia.geometry.subpix.nms:NonMaximaSuppression2d": _FIXED_FILTERS,
+    "kornia.geometry.transform.pyramid:ScalePyramid": _FIXED_FILTERS,
+    "kornia.losses.hausdorff:_HausdorffERLossBase": "a loss with fixed kernels, not a network",
+    "kornia.losses.ms_ssim:MS_SSIMLoss": "a loss with fixed Gaussian kernels, not a network",
+}
+_TRANSFORMER_PREFIXES = (
+    "kornia.contrib.models.sam.", "kornia.models.sam.", "kornia.models.sam3.",
+    "kornia.contrib.models.tiny_vit:", "kornia.models.tiny_vit:",
+    "kornia.contrib.vit:", "kornia.models.vit:", "kornia.contrib.vit_mobile:", "kornia.models.vit_mobile:",
+    "kornia.contrib.models.rt_detr.", "kornia.models.rt_detr.",
+    "kornia.contrib.models.efficient_vit.", "kornia.models.efficient_vit.",
+    "kornia.contrib.models.common:", "kornia.models.common:",
+    "kornia.models.kimi_vl.", "kornia.models.qwen25.", "kornia.models.siglip2.", "kornia.models.processors.",
+    "kornia.models.paligemma.", "kornia.models.smolvlm2.",
+)
+
+
+def exemption(qualified: str) -> Optional[str]:
+    """Why a conv-holding kornia class (``"module:Class"``) is not a row, or None."""
+    if qualified in EXEMPT:
+        return EXEMPT[qualified]
+    if qualified.startswith(_TRANSFORMER_PREFIXES):
+        return _TRANSFORMERS
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Mode: apply() option beats the environment beats "auto"; auto asks the CPU's capabilities.
+
+_requested: Optional[str] = None  # apply(cpu_half=...), set by configure()
+
+
+def _capabilities() -> Dict[str, Any]:
+    get = getattr(torch.cpu, "get_capabilities", None)
+    if get is None:
+        return {}
+    try:
+        return dict(get())
+    except Exception:  # noqa: BLE001 - a torch whose probe fails: nothing known
+        return {}
+
+
+def _aarch64_has_fp16_arithmetic() -> bool:
+    if platform.system() == "Darwin":
+        return True  # every Apple silicon core implements FEAT_FP16
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.lower().startswith("features"):
+                    return "asimdhp" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def cpu_native_half() -> Tuple[bool, str]:
+    """(does this CPU compute float16 natively, why we think so): from reported capabilities,
+    never from a timing. ``KORNIA_HALFPATCH_CPU_NATIVE_HALF`` overrides."""
+    raw = os.environ.get(ENV_NATIVE_HALF, "").strip().lower()
+    if raw in ("1", "yes", "true", "on"):
+        return True, f"{ENV_NATIVE_HALF}={raw}"
+    if raw in ("0", "no", "false", "off"):
+        return False, f"{ENV_NATIVE_HALF}={raw}"
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        found = _aarch64_has_fp16_arithmetic()
+        return found, "this CPU reports FP16 arithmetic (asimdhp)" if found else "this CPU reports no FP16 arithmetic (asimdhp)"
+    avx512_fp16 = cpu_has_avx512_fp16()  # shared with filters_conv_hang
+    amx_fp16 = bool(_capabilities().get("amx_fp16", False))
+    if avx512_fp16 or amx_fp16:
+        flags = " and ".join(name for name, on in (("avx512_fp16", avx512_fp16), ("amx_fp16", amx_fp16)) if on)
+        return True, f"this CPU reports {flags}"
+    return False, "this CPU reports neither avx512_fp16 nor amx_fp16"
+
+
+def resolve_mode() -> Tuple[str, str]:
+    """(mode in force, why): ``"native"`` or ``"float32"``."""
+    note = ""
+    if _requested is not None:
+        chosen, source = _requested, f"apply(cpu_half={_requested!r})"
+    else:
+        raw = os.environ.get(ENV_CPU_HALF, "").strip().lower()
+        if raw in MODES:
+            chosen, source = raw, f"{ENV_CPU_HALF}={raw}"
+        else:
+            chosen, source = "auto", "default"
+            if raw:
+                note = f"; {ENV_CPU_HALF}={raw!r} is not one of {', '.join(MODES)}: ignored"
+    if chosen != "auto":
+        return chosen, f"{source}{note}"
+    native, why = cpu_native_half()
+    return ("native" if native else "float32"), f"auto ({source}): {why}{note}"
+
+
+def validate_options(given: Dict[str, Any]) -> None:
+    """apply()'s own value must be a mode (raises); a bad environment value only warns."""
+    if OPTION in given and given[OPTION] not in MODES:
+        raise ValueError(f"cpu_half must be one of {', '.join(map(repr, MODES))}, got {given[OPTION]!r}")
+    raw = os.environ.get(ENV_CPU_HALF, "").strip().lower()
+    if raw and raw not in MODES and OPTION not in given:
+        import warnings
+
+        from .._engine import HalfPatchWarning
+
+        try:
+            warnings.warn(
+                f"{ENV_CPU_HALF}={raw!r} is not one of {', '.join(MODES)}: using 'auto'",
+                HalfPatchWarning,
+                stacklevel=4,
+            )
+        except Exception:  # noqa: BLE001 - a filter turning warnings into errors: the shim never breaks the program
+            pass
+
+
+def configure(given: Dict[str, Any]) -> None:
+    global _requested
+    value = given.get(OPTION)
+    if value is not None and value not in MODES:
+        raise ValueError(f"cpu_half must be one of {', '.join(map(repr, MODES))}, got {value!r}")
+    _requested = value
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    mode, why = resolve_mode()
+    if mode == "native":
+        return not_needed(f"native float16 in force: {why}")
+    return bug_present(f"float32 mode in force: {why}")
+
+
+def describe() -> str:
+    mode, why = resolve_mode()
+    from .. import _engine
+
+    installed = OPTION in _engine.applied_fixes()
+    in_force = "float32" if installed else "native"
+    text = f"{in_force} in force"
+    if installed or mode == "native":
+        text += f" ({why})"
+    else:
+        text += f" (cpu_half not applied; its mode would be {mode}: {why})"
+    cached = cached_float32_bytes()
+    if cached:
+        text += f"; cached float32 weights: {cached / 2**20:.1f} MiB"
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# The float32 path
+
+
+# module -> (key of the float16 state it was built from, float32 state)
+_cache: "weakref.WeakKeyDictionary[torch.nn.Module, Tuple[Tuple[Any, ...], Dict[str, torch.Tensor]]]" = weakref.WeakKeyDictionary()
+
+
+def cached_float32_bytes(module: Optional[torch.nn.Module] = None) -> int:
+    """Extra memory held by the cached float32 copies: of ``module``, or of all modules."""
+    total = 0
+    entries = list(_cache.values()) if module is None else [e for e in [_cache.get(module)] if e is not None]
+    for _, state in entries:
+        seen = set()
+        for tensor in state.values():
+            if tensor.dtype == torch.float32 and id(tensor) not in seen:
+                seen.add(id(tensor))
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _first_half_cpu_tensor(value: Any) -> Optional[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return value if value.dtype == torch.float16 and value.device.type == "cpu" else None
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            found = _first_half_cpu_tensor(item)
+            if found is not None:
+                return found
+    elif isinstance(value, dict):
+        return _first_half_cpu_tensor(list(value.values()))
+    return None
+
+
+def float32_wanted(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+    """A float16 CPU input and float16 CPU parameters (a module left in float32 and fed float16,
+    or one on CUDA/MPS, takes the release's path)."""
+    if not args and not kwargs:
+        return False
+    first = args[0] if args else None
+    # The common miss (float32 input) decided on the first argument alone.
+    if isinstance(first, torch.Tensor) and first.dtype != torch.float16 and len(args) == 1 and not kwargs:
+        return False
+    if _first_half_cpu_tensor(args) is None and _first_half_cpu_tensor(kwargs) is None:
+        return False
+    parameter = next(module.parameters(), None)
+    if parameter is None or parameter.dtype != torch.float16 or parameter.device.type != "cpu":
+        return False
+    # Under CPU autocast the user chose the compute dtype: the release's path.
+    return not _cpu_autocast_enabled()
+
+
+def _cpu_autocast_enabled() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
+def _widen(value: Any) -> Any:
+    # Widening float16 to float32 is exact: the float32 forward sees the very same values.
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype == torch.float16 else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_widen(item) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_widen(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _widen(item) for key, item in value.items()}
+    return value
+
+
+def _narrow(value: Any) -> Any:
+    # One rounding, at the end; integer and boolean outputs (indices, masks) are left alone.
+    if isinstance(value, torch.Tensor):
+        return value.to(torch.float16) if value.is_floating_point() else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_narrow(item) for item in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_narrow(item) for item in value)
+    if isinstance(value, dict):
+        return type(value)((key, _narrow(item)) for key, item in value.items())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # DISKFeatures
+        fields = {f.name: _narrow(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
+    return value
+
+
+def _tensors(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    named = dict(module.named_parameters(remove_duplicate=False))
+    named.update(module.named_buffers(remove_duplicate=False))
+    return named
+
+
+def _state_key(tensors: Dict[str, torch.Tensor]) -> Optional[Tuple[Any, ...]]:
+    try:
+        return tuple((name, id(t), t._version, t.data_ptr(), t.dtype, t.device) for name, t in tensors.items())
+    except RuntimeError:  # inference tensors have no version counter: never cached
+        return None
+
+
+def _widened_state(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    # Tied tensors (one Parameter under two names) stay one tensor; integer buffers
+    # (num_batches_tracked) are the module's own, so BatchNorm's counter still advances.
+    widened: Dict[int, torch.Tensor] = {}
+    state = {}
+    for name, tensor in tensors.items():
+        if tensor.dtype == torch.float16:
+            if id(tensor) not in widened:
+                widened[id(tensor)] = tensor.float()
+            state[name] = widened[id(tensor)]
+        else:
+            state[name] = tensor
+    return state
+
+
+def _float32_state(module: torch.nn.Module, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors.values())
+    if grad or torch.jit.is_tracing() or torch.compiler.is_compiling():
+        # In the graph (gradients reach the float16 parameters; a trace or a compiled graph
+        # records the casts instead of baking the copies in as constants).
+        return _widened_state(tensors)
+    key = _state_key(tensors)
+    if key is None:
+        return _widened_state(tensors)
+    cached = _cache.get(module)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    with torch.no_grad():
+        state = _widened_state(tensors)
+    _cache[module] = (key, state)
+    return state
+
+
+def run_in_float32(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    tensors = _tensors(module)
+    state = _float32_state(module, tensors)
+    output = torch.func.functional_call(module, state, _widen(args), _widen(kwargs), tie_weights=True, strict=False)
+    if module.training:
+        # BatchNorm updated its running statistics in the float32 copies: the module's own
+        # float16 buffers get them (narrowed), as a float16 forward would have updated them.
+        with torch.no_grad():
+            for name, tensor in module.named_buffers():
+                wide = state.get(name)
+                if wide is not None and wide is not tensor and tensor.is_floating_point():
+                    tensor.copy_(wide)
+    return _narrow(output)
+
+
+def build_call_impl(original: Any) -> Any:
+    def _call_impl(self, *args, **kwargs):
+        if float32_wanted(self, args, kwargs):
+            return run_in_float32(self, args, kwargs)
+        return original(self, *args, **kwargs)
+
+    return _call_impl
+
+
+def _targets() -> Tuple[Target, ...]:
+    return tuple(
+        Target(tuple(f"{path}._call_impl" for path in paths), build_call_impl, optional=True, reason=REASON)
+        for paths in ROW_CLASSES
+    )
+
+
+FIX = Fix(
+    name="networks_cpu_half",
+    targets=_targets(),
+    probe=probe,
+    probe_cache=False,
+    options=(OPTION,),
+    configure=configure,
+    validate_options=validate_options,
+    describe=describe,
+    demonstration="kornia_halfpatch.demos.networks_cpu_half:demonstrate",
+)

@@ -1,0 +1,307 @@
+"""Half precision where torch has no CPU kernel: kornia's call sites, promoted (docs/fixes/torch_ops.md).
+
+torch 2.13 has no float16/bfloat16 CPU kernel for ``linalg.solve``/``inv``/``svd``/``eigh``/
+``eigvals``/``qr``/``det``/``matrix_rank``, ``torch.inverse``/``det``/``svd``, ``cdist`` (25 or
+fewer points per side), ``avg_pool3d`` and ``torch.fft.*``. Kornia 0.7.0-0.8.3 call them on the
+user's tensor from about twenty functions (found by an ``ast`` scan of each release; the test
+``tests/test_fix_torch_ops.py`` keeps the table and the scan in step).
+
+Every row promotes the *enclosing kornia function* (or the public function that calls a
+TorchScript-compiled helper, which no module view can reach): on a float16/bfloat16 CPU tensor
+the half tensor arguments are widened to float32 (exact), the installed release's function runs
+and each floating output is narrowed once to the input's half dtype, or kept in float32 where
+kornia 0.9.0 returns float32 for the same call (``zca_mean``). So the op's wider result is kept
+until the function's own output, as 0.9.0 does: the matrices these ops consume are sums of
+products (covariances, Gram matrices, 3x3 products of homographies) that lose most of their
+digits in half before the op runs, and several factorisations (SVD/eigh null spaces, 7-point
+cubic roots) are ill-conditioned. The half result is therefore the release's own float32 result
+narrowed, bitwise on CPU. float32/float64, and half tensors on other devices (CUDA has kernels),
+call the original unchanged.
+
+Two torch ops are promoted for kornia's calls only (engine module views, shared with
+warp_sampling's): ``affine_grid`` where torch raises for a side of 1 (RandomAffine3D on depth-1
+volumes), and ``torch.inverse`` (HomographyTracker's stored half homography).
+
+Three methods take no tensor argument (the matrix is a parameter or attribute of ``self``):
+``PinholeCamera.intrinsics_inverse``, ``Homography.forward_inverse`` and
+``Similarity.forward_inverse``. Their replacements invert the half matrix in float32 and narrow
+once, written out by hand (each is one line in every release).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+from .._model import SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, not_needed
+from ._common import like
+
+CPU = "cpu"
+EXAMPLES = "kornia_halfpatch.probe_inputs"
+
+
+def _row(path: str, reason: str, example: str, **options: Any) -> Promote:
+    return Promote(path, reason, device=CPU, optional=True, example=f"{EXAMPLES}:{example}", **options)
+
+
+SOLVE = "linalg.solve has no half CPU kernel (lu_cpu)"
+INVERSE = "linalg.inv/inverse refuses half ('Low precision dtypes not supported')"
+SVD = "linalg.svd has no half CPU kernel"
+EIGH = "linalg.eigh has no half CPU kernel"
+DET = "det has no half CPU kernel (lu_cpu)"
+QR = "linalg.qr has no half CPU kernel (geqrf_cpu)"
+
+def has_unit_side(size: List[int]) -> bool:
+    """An ``affine_grid`` output size with a spatial side of 1: torch builds that side's
+    coordinates with ``at::tensor(0)``, which has no half CPU kernel ("tensor_cpu")."""
+    for side in size[2:]:
+        if side == 1:
+            return True
+    return False
+
+
+# kornia's affine_grid calls (warp_affine3d, so RandomAffine3D on a depth-1 volume; 2-D warps
+# to a one-pixel row or column): torch raises "tensor_cpu" not implemented for half when a side
+# of the output is 1. Only those calls take the float32 grid, narrowed once (every other half
+# call keeps torch's half grid bit for bit): kornia-scoped, stacked on warp_sampling's views.
+AFFINE_GRID_ROW = PromoteForKornia(
+    "torch.nn.functional:affine_grid",
+    "affine_grid has no half CPU kernel for a side of 1 ('tensor_cpu', at::tensor(0)): kornia's grid for such a "
+    "size in float32, narrowed once",
+    device=CPU,
+    guard=f"{__name__}:has_unit_side",
+    guard_arguments=("size",),
+    expects_parameters=("theta", "size"),
+    example=f"{EXAMPLES}:affine_grid_unit_side",
+)
+
+ROWS = (
+    _row("kornia.filters.guided:_guided_blur_multichannel_guidance",
+         f"{SOLVE}; the box-filtered covariances cancel in half: the whole guided filter in float32, narrowed once",
+         "guided_multichannel"),
+    _row("kornia.filters.filter:fft_conv",
+         "torch.fft.rfftn/irfftn have no half CPU kernel (0.8.3): the FFT convolution in float32, narrowed once",
+         "fft_conv_call"),
+    _row("kornia.enhance.zca:zca_mean",
+         f"{SVD} (0.7.0-0.8.2): covariance and SVD in float32; T, mean (and T_inv) kept in float32 as 0.9.0 returns them",
+         "zca_input", outputs=("float32", "float32", "float32")),
+    _row("kornia.enhance.zca:zca_whiten",
+         f"{SVD} (through zca_mean): whitening in float32, narrowed once to the input's dtype (0.9.0's output dtype)",
+         "zca_input"),
+    _row("kornia.feature.laf:ellipse_to_laf",
+         f"{INVERSE} (Tensor.inverse of the ellipse's 2x2 form): the LAF in float32, narrowed once",
+         "ellipses"),
+    _row("kornia.feature.loftr.utils.geometry:warp_kpts",
+         f"{INVERSE} (K0.inverse()): the keypoint warp in float32, narrowed once", "warp_kpts_call"),
+    _row("kornia.feature.matching:_cdist",
+         "cdist has no half CPU kernel for 25 or fewer points per side: distances in float32, narrowed once "
+         "(every matcher and DescriptorMatcher call it)", "descriptor_pair"),
+    _row("kornia.geometry.subpix.spatial_soft_argmax:conv_soft_argmax3d",
+         "avg_pool3d has no half CPU kernel: the soft-argmax (pooled exponentials, their normaliser) in float32, "
+         "coordinates and values narrowed once", "soft_argmax_volume"),
+    _row("kornia.geometry.epipolar.triangulation:_eigh_smallest_vec",
+         f"{EIGH} (0.8.3's triangulation null vector): in float32, narrowed once", "square_matrices"),
+    _row("kornia.geometry.transform.imgwarp:_transform_warp_impl3d",
+         f"{INVERSE} (0.7.0-0.8.2): the 3-D warp (matrix inverse and sampling grid) in float32, narrowed once",
+         "warp3d_call"),
+    _row("kornia.geometry.homography:find_homography_dlt",
+         f"{INVERSE} (0.7.0's transform2.inverse()): the DLT in float32, narrowed once "
+         "(find_homography_dlt_iterated and RANSAC call it)", "homography_points"),
+    _row("kornia.geometry.homography:find_homography_lines_dlt",
+         f"{INVERSE} and torch.svd (0.7.0): the line DLT in float32, narrowed once", "homography_lines"),
+    _row("kornia.geometry.epipolar.fundamental:find_fundamental",
+         f"{DET} (7-point cubic) and, in 0.8.3, {EIGH} inside a TorchScript-compiled helper no view can reach: "
+         "the estimate in float32, narrowed once", "fundamental_points"),
+    _row("kornia.geometry.epipolar.fundamental:fundamental_from_essential",
+         f"{INVERSE} (0.7.0's K.inverse()): F in float32, narrowed once", "essential_and_intrinsics"),
+    _row("kornia.geometry.epipolar.fundamental:fundamental_from_projections",
+         f"{DET} (0.7.0); 0.7.4-0.8.3's nine 4x4 determinants of products overflow float16: F in float32, narrowed once",
+         "projection_pair"),
+    _row("kornia.geometry.epipolar.essential:find_essential",
+         "the 5-point solver needs linalg.solve/qr/eigvals/matrix_rank, none with a half CPU kernel "
+         "(0.8.3: inside TorchScript): the estimate in float32, narrowed once", "essential_points"),
+    _row("kornia.geometry.epipolar.essential:decompose_essential_matrix",
+         f"{DET} and {SVD}: R1, R2, t in float32, narrowed once (0.9.0 fails here too)", "essential_matrix"),
+    _row("kornia.geometry.epipolar.numeric:matrix_cofactor_tensor",
+         f"{DET} and {INVERSE} (0.7.4+): the cofactors in float32, narrowed once", "square_matrices"),
+    _row("kornia.geometry.epipolar.projection:KRt_from_projection",
+         f"{QR} and {INVERSE}/{SOLVE}: K, R, t in float32, narrowed once (0.9.0 fails here too)", "projection_matrix"),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Methods whose matrix is on ``self``: written out (each is one line of the release)
+
+
+def _half_on_cpu(x: torch.Tensor) -> bool:
+    return (x.dtype == torch.float16 or x.dtype == torch.bfloat16) and x.device.type == "cpu"
+
+
+def build_intrinsics_inverse(original: Any) -> Any:
+    def intrinsics_inverse(self) -> torch.Tensor:
+        intrinsics = self.intrinsics
+        if _half_on_cpu(intrinsics):
+            # The release computes intrinsics.inverse(): the same, in float32, narrowed once.
+            return intrinsics.float().inverse().to(intrinsics.dtype)
+        return original(self)
+
+    return like(intrinsics_inverse, original)
+
+
+def build_homography_inverse(original: Any) -> Any:
+    def forward_inverse(self) -> torch.Tensor:
+        model = self.model
+        if _half_on_cpu(model):
+            return torch.unsqueeze(torch.inverse(model.float()), dim=0).to(model.dtype)
+        return original(self)
+
+    return like(forward_inverse, original)
+
+
+def build_similarity_inverse(original: Any) -> Any:
+    def forward_inverse(self) -> torch.Tensor:
+        forward = self.forward()
+        if _half_on_cpu(forward):
+            return torch.inverse(forward.float()).to(forward.dtype)
+        return original(self)
+
+    return like(forward_inverse, original)
+
+
+def build_average_quaternions(original: Any) -> Any:
+    from kornia.geometry.quaternion import Quaternion
+
+    def average_quaternions(Q: Any, w: Optional[torch.Tensor] = None) -> Any:
+        data = Q.data
+        if _half_on_cpu(data):
+            # The release's eigh average on the widened quaternions (exact), narrowed once.
+            widened = original(Quaternion(data.detach().float() if not data.requires_grad else data.float()),
+                               None if w is None else w.float())
+            return Quaternion(widened.data.to(data.dtype))
+        return original(Q, w)
+
+    return like(average_quaternions, original)
+
+
+def build_z1_project(original: Any) -> Any:
+    from kornia.geometry.vector import Vector2, Vector3
+
+    def project(self: Any, points: Any) -> Any:
+        data = points.data
+        if _half_on_cpu(data):
+            # The release divides by z through diag(z).inverse(): in float32, narrowed once.
+            return Vector2(original(self, Vector3(data.float())).data.to(data.dtype))
+        return original(self, points)
+
+    return like(project, original)
+
+
+ZCA_FORWARD_CALL = "linear_transform(x, self.transform_matrix, self.mean_vector, self.dim)"
+
+
+def build_zca_forward(original: Any) -> Any:
+    """ZCAWhitening scripts (kornia tests it), so its forward cannot be a generated method row
+    (that calls the original with ``self``): the release's forward written out, with the half
+    output narrowed. Written out only where the release's source is the one copied here;
+    elsewhere the original stays (nothing to narrow: the release keeps it)."""
+    import inspect
+
+    from kornia.enhance.zca import linear_transform
+
+    try:
+        source = inspect.getsource(original)
+    except (OSError, TypeError):
+        return original
+    if ZCA_FORWARD_CALL not in source or source.count("\n        if ") != 2:
+        return original
+
+    def forward(self, x: torch.Tensor, include_fit: bool = False) -> torch.Tensor:
+        if include_fit:
+            self.fit(x)
+        if not self.fitted:
+            raise RuntimeError("Needs to be fitted first before running. Please call fit or set include_fit to True.")
+        x_whiten = linear_transform(x, self.transform_matrix, self.mean_vector, self.dim)
+        if x.dtype == torch.float16 or x.dtype == torch.bfloat16:
+            # fit() keeps float32 statistics (zca_mean, as 0.9.0), so the whitening ran in
+            # float32: one rounding to the input's dtype (0.9.0's output dtype).
+            x_whiten = x_whiten.to(x.dtype)
+        return x_whiten
+
+    return like(forward, original)
+
+
+def build_so2_inverse(original: Any) -> Any:
+    def inverse(self: Any) -> Any:
+        z = self.z
+        if z.dtype == torch.complex32 and z.device.type == "cpu":
+            # float16 rotations are ComplexHalf, whose reciprocal has no CPU kernel: the release's
+            # 1 / z in complex64, narrowed once. (bfloat16 has no complex dtype at all: kornia
+            # fails before this, as 0.9.0 refuses bfloat16.)
+            return type(self)(original(type(self)(z.to(torch.complex64))).z.to(z.dtype))
+        return original(self)
+
+    return like(inverse, original)
+
+
+def build_torch_inverse(original: Any) -> Any:
+    """``torch.inverse`` as kornia's code calls it: a half CPU matrix (which torch refuses) is
+    inverted in float32 and narrowed once, right after the op; everything else is torch's call.
+    The only kornia caller that still hands it a half tensor is ``HomographyTracker.
+    track_next_frame`` (its stored homography is in the user's dtype, and the method is
+    stateful); the other callers are promoted whole by rows or cast first."""
+
+    def inverse(input: torch.Tensor) -> torch.Tensor:
+        if (input.dtype == torch.float16 or input.dtype == torch.bfloat16) and input.device.type == "cpu":
+            return original(input.float()).to(input.dtype)
+        return original(input)
+
+    inverse.__doc__ = original.__doc__
+    return inverse
+
+
+# torch.inverse for kornia's calls only (module views of ``torch``, stacked with any other view).
+TORCH_INVERSE_TARGET = Target(
+    ("torch:inverse",),
+    build_torch_inverse,
+    scope=SCOPE_KORNIA,
+    reason=f"{INVERSE}: kornia's half CPU torch.inverse calls (HomographyTracker.track_next_frame's prewarp) "
+    "in float32, narrowed once",
+)
+
+METHOD_TARGETS = (
+    Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
+           reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
+    Target(("kornia.enhance.zca:ZCAWhitening.forward",), build_zca_forward, ("self", "x", "include_fit"),
+           optional=True, reason="fit() keeps float32 statistics (zca_mean); a half input's whitening, computed in "
+           "float32, narrowed once (0.9.0's dtype)"),
+    Target(("kornia.geometry.quaternion:average_quaternions",), build_average_quaternions, ("Q", "w"), optional=True,
+           reason=f"{EIGH} (0.8.2): the eigen-average of the widened quaternions, narrowed once",
+           example=f"{EXAMPLES}:quaternion_batch"),
+    Target(("kornia.sensors.camera.projection_model:Z1Projection.project",), build_z1_project, ("self", "points"),
+           optional=True, reason=f"{INVERSE} (diag(z).inverse(), 0.7.0-0.8.2): the projection in float32, narrowed once",
+           example=f"{EXAMPLES}:z1_points"),
+    Target(("kornia.geometry.camera.pinhole:PinholeCamera.intrinsics_inverse",), build_intrinsics_inverse, ("self",),
+           optional=True, example=f"{EXAMPLES}:pinhole_camera", reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)"),
+    Target(("kornia.geometry.transform.image_registrator:Homography.forward_inverse",), build_homography_inverse,
+           ("self",), optional=True, example=f"{EXAMPLES}:homography_module", reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once"),
+    Target(("kornia.geometry.transform.image_registrator:Similarity.forward_inverse",), build_similarity_inverse,
+           ("self",), optional=True, example=f"{EXAMPLES}:similarity_module", reason=f"{INVERSE}: the similarity inverted in float32, narrowed once"),
+)
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    """Any release: the bug is torch's missing kernel, confirmed on the op kornia uses most."""
+    try:
+        torch.linalg.inv(torch.eye(2, dtype=torch.float16))
+    except (RuntimeError, NotImplementedError):
+        return bug_present("torch has no half CPU kernel for linalg.inv/solve/svd/eigh/det/qr, cdist, avg_pool3d, fft")
+    return not_needed("this torch inverts float16 matrices on CPU")
+
+
+FIX = Fix(
+    name="torch_ops",
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,),
+    probe=probe,
+    demonstration="kornia_halfpatch.demos.torch_ops:demonstrate",
+)

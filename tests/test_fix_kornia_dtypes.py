@@ -1,0 +1,406 @@
+"""kornia_dtypes: float16/bfloat16 accepted, finite and right (issue 10, first part).
+
+Oracle: the installed release's float32 computation on the same (half-representable) inputs,
+narrowed to kornia 0.9.0's output dtype (measured in the 0.9.0 env: the input's half dtype for
+every call here, float32 for apply_colormap's colours), computed in the same run with the fix
+reverted. float32/float64: bitwise the unpatched release."""
+
+import copy
+
+import pytest
+import torch
+
+import kornia_halfpatch
+from kornia_halfpatch import probe_inputs as inputs
+from kornia_halfpatch import testing
+from support import FULL_DTYPES, HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal
+
+pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
+DTYPE_IDS = [str(d).replace("torch.", "") for d in HALF_DTYPES]
+
+
+def _kornia():
+    import kornia
+
+    return kornia
+
+
+def api_cases():
+    K = _kornia()
+    cases = {
+        "rgb_to_hls": lambda d: K.color.rgb_to_hls(*inputs.gray_patch_image(d)),
+        "rgb_to_hsv": lambda d: K.color.rgb_to_hsv(*inputs.gray_patch_image(d)),
+        "hsv_to_rgb": lambda d: K.color.hsv_to_rgb(*inputs.hsv_image(d)),
+        "luv_to_rgb": lambda d: K.color.luv_to_rgb(*inputs.luv_image(d)),
+        "rgb_to_grayscale": lambda d: K.color.rgb_to_grayscale(*inputs.rgb_image(d)),
+        "apply_colormap": lambda d: K.color.apply_colormap(*inputs.colormap_call(d)),
+        "adjust_hue": lambda d: K.enhance.adjust_hue(*inputs.gray_image_and_factor(d)),
+        "adjust_saturation": lambda d: K.enhance.adjust_saturation(*inputs.gray_image_and_factor(d)),
+        "AdjustHue": lambda d: K.enhance.AdjustHue(0.375)(*inputs.gray_patch_image(d)),
+        "equalize": lambda d: K.enhance.equalize(*inputs.image_to_equalize(d)),
+        "ssim": lambda d: K.metrics.ssim(*inputs.image_pair_window(d)),
+        "ssim_loss": lambda d: K.losses.ssim_loss(*inputs.image_pair_window(d)),
+        "SSIMLoss": lambda d: K.losses.SSIMLoss(5)(*inputs.image_pair(d)),
+        "charbonnier_loss": lambda d: K.losses.charbonnier_loss(*inputs.image_pair(d)),
+        "canny": lambda d: K.filters.canny(*inputs.rgb_image(d)),
+        "gftt_response": lambda d: K.feature.gftt_response(*inputs.single_channel_image(d)),
+        "CornerGFTT": lambda d: K.feature.CornerGFTT()(*inputs.single_channel_image(d)),
+        "PatchAffineShapeEstimator": lambda d: (lambda m, p: m(p))(*inputs.affine_shape_call(d)),
+        "depth_to_normals": lambda d: K.geometry.depth.depth_to_normals(*inputs.depth_and_camera(d)),
+        "get_tps_transform": lambda d: K.geometry.transform.get_tps_transform(*inputs.tps_points(d)),
+        "warp_image_tps": lambda d: K.geometry.transform.warp_image_tps(*inputs.tps_warp_call(d)),
+        "find_homography_dlt_iterated": lambda d: K.geometry.homography.find_homography_dlt_iterated(
+            *inputs.weighted_homography_points(d)),
+        "get_gaussian_discrete_kernel1d tensor sigma": lambda d: K.filters.get_gaussian_discrete_kernel1d(
+            *inputs.discrete_kernel_call(d)),
+        "get_gaussian_discrete_kernel1d dtype": lambda d: K.filters.get_gaussian_discrete_kernel1d(9, 2.5, dtype=d),
+        "normal_transform_pixel": lambda d: K.geometry.conversions.normal_transform_pixel(
+            *inputs.normal_transform_call(d)),
+        "image_histogram2d": lambda d: K.enhance.image_histogram2d(*inputs.histogram_call(d)),
+        "lovasz_hinge_loss": lambda d: K.losses.lovasz_hinge_loss(*inputs.lovasz_hinge_call(d)),
+        "lovasz_softmax_loss": lambda d: K.losses.lovasz_softmax_loss(*inputs.lovasz_softmax_call(d)),
+        "RandomPlanckianJitter": lambda d: _seeded(K.augmentation.RandomPlanckianJitter(p=1.0), inputs.rgb_image(d)[0]),
+        "rgb_to_luv": lambda d: K.color.rgb_to_luv(*inputs.black_rgb_image(d)),
+        "rgb_to_lab": lambda d: K.color.rgb_to_lab(*inputs.rgb_image(d)),
+        "lab_to_rgb": lambda d: K.color.lab_to_rgb(*inputs.lab_image(d)),
+        "ssim3d": lambda d: K.metrics.ssim3d(*inputs.volume_pair_window(d)),
+        "ssim3d_loss": lambda d: K.losses.ssim3d_loss(*inputs.volume_pair_window(d)),
+        "histogram": lambda d: K.enhance.histogram(*inputs.histogram_far_call(d)),
+        "histogram2d": lambda d: K.enhance.histogram2d(*inputs.histogram2d_far_call(d)),
+        "make_upright": lambda d: K.feature.make_upright(*inputs.laf_call(d)),
+        "ScalePyramid": lambda d: (lambda m, x: m(x))(*inputs.scale_pyramid_call(d)),
+        "MKDDescriptor": lambda d: (lambda m, x: m(x))(*inputs.mkd_call(d)),
+        "ScaleSpaceDetector": lambda d: (lambda m, x, n: m(x))(*inputs.scale_space_detect_call(d)),
+        "normalize_homography": lambda d: K.geometry.conversions.normalize_homography(
+            *inputs.normalize_homography_call(d)[:1], (3, 5), (4, 6)),
+        "denormalize_homography": lambda d: K.geometry.conversions.denormalize_homography(
+            *inputs.normalize_homography_call(d)[:1], (3, 5), (4, 6)),
+    }
+    if hasattr(K.filters, "otsu_threshold"):  # 0.8.x
+        cases["otsu_threshold"] = lambda d: K.filters.otsu_threshold(*inputs.ramp_image(d))
+    return cases
+
+
+def _seeded(module, image):
+    torch.manual_seed(57)
+    return module(image)
+
+
+# 0.9.0's output dtype where it is not the input's half dtype.
+FLOAT32_OUTPUTS = {"apply_colormap", "image_histogram2d"}
+# Outputs (by position in the flattened result) that 0.9.0 returns in float32: the LAFs.
+FLOAT32_OUTPUT_POSITIONS = {"ScaleSpaceDetector": {0}}
+# Not the release's float32 narrowed, by a documented rule (docs/fixes/kornia_dtypes.md).
+OWN_RULE = {"normal_transform_pixel"}
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+CASES = sorted(api_cases())
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", sorted(set(CASES) - OWN_RULE))
+def test_public_api_in_half_is_the_release_float32_narrowed(name, dtype):
+    case = api_cases()[name]
+    with testing.isolated():
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = _tensors(case(torch.float32))
+        got = _tensors(case(dtype))
+    assert len(got) == len(reference)
+    for position, (g, r) in enumerate(zip(got, reference)):
+        float32_output = name in FLOAT32_OUTPUTS or position in FLOAT32_OUTPUT_POSITIONS.get(name, ())
+        expected_dtype = torch.float32 if float32_output else dtype
+        assert g.shape == r.shape, name
+        if not r.is_floating_point():
+            assert torch.equal(g, r), name
+            continue
+        assert g.dtype == expected_dtype, name
+        assert bool((torch.isfinite(g) | ~torch.isfinite(r)).all()), name
+        expected = r.to(expected_dtype)
+        if not bitwise_equal(g, expected):
+            # A public wrapper doing half work around the promoted function (a module's
+            # reduction, a half kernel built outside it): one half rounding step apart at most.
+            torch.testing.assert_close(g.float(), expected.float(), rtol=2 ** -7, atol=2 ** -7)
+
+
+@pytest.mark.parametrize("dtype", FULL_DTYPES, ids=str)
+@pytest.mark.parametrize("name", CASES)
+def test_public_api_full_precision_is_bitwise_unchanged(name, dtype):
+    case = api_cases()[name]
+    with testing.isolated():
+        patched = _tensors(case(dtype))
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            unpatched = _tensors(case(dtype))
+    assert len(patched) == len(unpatched)
+    assert all(bitwise_equal(a, b) for a, b in zip(patched, unpatched))
+
+
+def test_promoted_functions_are_bitwise_the_release_float32_narrowed():
+    """Where the public function is the row itself, no tolerance: bitwise."""
+    for name in ("rgb_to_hls", "rgb_to_hsv", "hsv_to_rgb", "equalize", "ssim", "get_tps_transform",
+                 "get_gaussian_discrete_kernel1d tensor sigma", "get_gaussian_discrete_kernel1d dtype",
+                 "rgb_to_luv", "rgb_to_lab", "lab_to_rgb", "ssim3d", "histogram", "histogram2d", "make_upright", "ScalePyramid", "MKDDescriptor",
+                 "normalize_homography", "denormalize_homography"):
+        case = api_cases()[name]
+        with testing.isolated(only=["kornia_dtypes"]):
+            with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+                reference = _tensors(case(torch.float32))
+            for dtype in HALF_DTYPES:
+                got = _tensors(case(dtype))
+                assert all(bitwise_equal(g, r.to(dtype)) for g, r in zip(got, reference)), (name, dtype)
+
+
+def test_gray_pixels_are_nan_unpatched_and_finite_patched():
+    """The fix is what makes it finite: eps=1e-8 is 0 in float16 (rgb_to_hls: 0/0 hue)."""
+    K = _kornia()
+    gray = inputs.gray_patch_image(torch.float16)[0]
+    with testing.isolated(only=()):
+        assert not bool(torch.isfinite(K.color.rgb_to_hls(gray)).all())
+    with testing.isolated(only=["kornia_dtypes"]):
+        assert bool(torch.isfinite(K.color.rgb_to_hls(gray)).all())
+        assert bool(torch.isfinite(K.enhance.adjust_hue(gray, 0.2)).all())
+
+
+def test_discrete_gaussian_kernel_is_finite_in_float16():
+    K = _kornia()
+    with testing.isolated(only=()):
+        unpatched = K.filters.get_gaussian_discrete_kernel1d(9, 2.5, dtype=torch.float16)
+    with testing.isolated(only=["kornia_dtypes"]):
+        patched = K.filters.get_gaussian_discrete_kernel1d(9, 2.5, dtype=torch.float16)
+    assert not bool(torch.isfinite(unpatched).all())
+    assert bool(torch.isfinite(patched).all()) and patched.dtype == torch.float16
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_normal_transform_pixel_single_row_is_finite_and_maps_the_pixel_like_float32(dtype):
+    """Rule: a side of 1 has scale 1 in half (2/eps is Inf in float16); every other entry is the
+    release's float32 narrowed, and the single pixel's coordinate 0 maps to -1 as in float32."""
+    K = _kornia()
+    with testing.isolated(only=["kornia_dtypes"]):
+        half = K.geometry.conversions.normal_transform_pixel(1, 5, dtype=dtype)
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = K.geometry.conversions.normal_transform_pixel(1, 5, dtype=torch.float32)
+    assert half.dtype == dtype and bool(torch.isfinite(half).all())
+    assert half[0, 1, 1].item() == 1.0
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    mask[1, 1] = False
+    assert bitwise_equal(half[0][mask], reference[0][mask].to(dtype))
+    pixel = torch.tensor([2.0, 0.0, 1.0])
+    assert torch.equal((half[0].float() @ pixel), (reference[0] @ pixel))
+
+
+# --------------------------------------------------------------------------------------------
+# Allow-lists: bfloat16 accepted; integer input still gets kornia's own error
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_augmentations_accept_half(dtype):
+    K = _kornia()
+    aug = K.augmentation
+    image = inputs.rgb_image(torch.float32)[0].expand(2, 3, 16, 16).contiguous()
+    with testing.isolated():
+        for transform in (aug.RandomAffine(10.0, p=1.0), aug.ColorJiggle(0.1, 0.1, 0.1, 0.1, p=1.0),
+                          aug.RandomGrayscale(p=1.0),
+                          aug.AugmentationSequential(aug.RandomAffine(10.0, p=1.0), aug.RandomGrayscale(p=1.0))):
+            torch.manual_seed(0)
+            out = transform(image.to(dtype))
+            assert out.dtype == dtype, transform
+            assert bool(torch.isfinite(out).all()), transform
+
+
+def test_integer_input_still_gets_kornias_own_error():
+    K = _kornia()
+    image = torch.zeros(1, 3, 8, 8, dtype=torch.int32)
+    with testing.isolated(only=()):
+        with pytest.raises(TypeError) as unpatched:
+            K.augmentation.RandomAffine(10.0, p=1.0)(image)
+    with testing.isolated(only=["kornia_dtypes"]):
+        with pytest.raises(TypeError) as patched:
+            K.augmentation.RandomAffine(10.0, p=1.0)(image)
+    assert str(patched.value) == str(unpatched.value)
+
+
+@pytest.mark.parametrize("name", ["rgb_to_grayscale", "canny", "apply_colormap"])
+def test_bfloat16_accepted_where_it_was_refused(name):
+    case = api_cases()[name]
+    with testing.isolated(only=["kornia_dtypes"]):
+        assert all(bool(torch.isfinite(t).all()) for t in _tensors(case(torch.bfloat16)))
+
+
+def test_script_holds_for_a_scriptable_row():
+    K = _kornia()
+    with testing.isolated(only=["kornia_dtypes"]):
+        function = K.color.rgb_to_hsv
+        scripted = torch.jit.script(function)
+        for dtype in HALF_DTYPES:
+            args = inputs.gray_patch_image(dtype)
+            assert bitwise_equal(scripted(*args), function(*args))
+
+
+# --------------------------------------------------------------------------------------------
+# Output dtypes of the detectors (0.9.0: LAFs in float32 for a half image, responses in the
+# image's dtype) and the pipelines built on them
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_sift_feature_returns_float32_lafs_half_responses_and_descriptors(dtype):
+    """SIFTFeature (upright: the LAFs are the detector's). 0.7.x detects with ScaleSpaceDetector:
+    the LAFs are bitwise the release's float32 LAFs, the responses its float32 responses narrowed.
+    0.8.x detects with MultiResolutionDetector (BlobDoGSingle responses in half, as 0.9.0): the
+    same detections as the release's half run, its half scores bitwise, the LAFs in float32 within
+    one half rounding of the release's half LAFs. Descriptors: the image's dtype, finite."""
+    K = _kornia()
+    image = inputs._textured_image(70, 96, 96)
+    feature = K.feature.SIFTFeature(24, upright=True)
+    with testing.isolated():
+        lafs, responses, descriptors = feature(image.to(dtype))
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            lafs32, responses32, _ = feature(image)
+            try:
+                half_lafs, half_responses, _ = feature(image.to(dtype))
+            except (RuntimeError, NotImplementedError):
+                half_lafs = half_responses = None
+    assert lafs.dtype == torch.float32 and responses.dtype == dtype and descriptors.dtype == dtype
+    assert all(bool(torch.isfinite(t).all()) for t in (lafs, responses, descriptors))
+    if isinstance(feature.detector, K.feature.ScaleSpaceDetector):
+        assert bitwise_equal(lafs, lafs32) and bitwise_equal(responses, responses32.to(dtype))
+    else:
+        assert half_lafs is not None  # 0.8.2: half LAFs; 0.8.3 already builds the centres in float32
+        assert bitwise_equal(responses, half_responses)
+        step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+        torch.testing.assert_close(half_lafs.float(), lafs, rtol=step, atol=0)
+
+
+def _release_single_level_oracle(module, image, count, factor):
+    """The release's float32 single-level detection, run on the half model's response widened:
+    what 0.9.0 computes (response in half, geometry in float32)."""
+    half = image.dtype
+    wrapper = copy.copy(module)
+    half_model = module.model
+    wrapper.__dict__["_modules"] = dict(module._modules)
+    wrapper._modules["model"] = _WidenedResponse(half_model, half)
+    original = kornia_halfpatch.get_original(type(module).detect_features_on_single_level)
+    return original(wrapper, image.float(), count, factor)
+
+
+class _WidenedResponse(torch.nn.Module):
+    def __init__(self, model, dtype):
+        super().__init__()
+        self.model = model
+        self.dtype = dtype
+
+    def forward(self, x):
+        return self.model(x.to(self.dtype)).float()
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_multiresolution_lafs_are_float32_from_the_half_response(dtype):
+    """MultiResolutionDetector (KeyNetDetector's base) with a half model: the response in half as
+    the release computes it, the LAFs float32: bitwise the release's float32 geometry on that
+    response; scores its half scores. Unpatched, bfloat16 centres above 256 px step by 2 px."""
+    module, image, count, factor = inputs.single_level_detection_call(dtype)
+    with testing.isolated():
+        scores, lafs = module.detect_features_on_single_level(image, count, factor)
+        expected_scores, expected_lafs = _release_single_level_oracle(module, image, count, factor)
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            unpatched_scores, unpatched_lafs = module.detect_features_on_single_level(image, count, factor)
+    assert lafs.dtype == torch.float32 and bitwise_equal(lafs, expected_lafs)
+    assert scores.dtype == dtype and bitwise_equal(scores, unpatched_scores)
+    assert bool(torch.isfinite(lafs).all())
+    if dtype == torch.bfloat16 and unpatched_lafs.dtype == dtype:  # 0.7.0-0.8.2 (0.8.3: float32 centres)
+        assert (unpatched_lafs.float() - lafs).abs().max().item() >= 1.0  # whole pixels lost unpatched
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_keynet_detector_returns_float32_lafs_and_half_responses(dtype):
+    """KeyNetDetector (random weights: no download) converted to half: 0.9.0's dtypes."""
+    K = _kornia()
+    torch.manual_seed(3)
+    detector = K.feature.KeyNetDetector(False, num_features=30).to(dtype)
+    image = inputs._textured_image(71, 96, 96).to(dtype)
+    with testing.isolated():
+        lafs, responses = detector(image)
+    assert lafs.dtype == torch.float32 and responses.dtype == dtype
+    assert bool(torch.isfinite(lafs).all()) and bool(torch.isfinite(responses).all())
+
+
+@pytest.mark.parametrize("dtype", FULL_DTYPES, ids=str)
+def test_multiresolution_full_precision_is_bitwise_unchanged(dtype):
+    module, image, count, factor = inputs.single_level_detection_call(dtype)
+    with testing.isolated():
+        patched = module.detect_features_on_single_level(image, count, factor)
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            unpatched = module.detect_features_on_single_level(image, count, factor)
+    assert all(bitwise_equal(a, b) for a, b in zip(patched, unpatched))
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_scale_pyramid_returns_every_output_in_the_image_dtype(dtype):
+    """0.7-0.8 return float32 sigmas and pixel distances after the first octave; 0.9.0 the image's dtype."""
+    module, image = inputs.scale_pyramid_call(dtype)
+    with testing.isolated():
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = module(image.float())
+            try:
+                unpatched = module(image)
+            except (RuntimeError, NotImplementedError):
+                unpatched = None
+        levels, sigmas, distances = module(image)
+    for got, expected in zip((levels, sigmas, distances), reference):
+        assert len(got) == len(expected)
+        assert all(g.dtype == dtype and bitwise_equal(g, e.to(dtype)) for g, e in zip(got, expected))
+    if unpatched is not None and KORNIA < (0, 8, 3):  # 0.8.3 returns the image's dtype already
+        assert {t.dtype for t in unpatched[1]} == {dtype, torch.float32}  # the drift the row fixes
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_mkd_descriptor_returns_the_patch_dtype(dtype):
+    module, patches = inputs.mkd_call(dtype)
+    with testing.isolated():
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            unpatched = module(patches)
+            reference = module(patches.float())
+        patched = module(patches)
+    assert unpatched.dtype == torch.float32
+    assert patched.dtype == dtype and bitwise_equal(patched, reference.to(dtype))
+
+
+# --------------------------------------------------------------------------------------------
+# normalize_homography / denormalize_homography with a side of 1
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", ["normalize_homography", "denormalize_homography"])
+def test_single_row_homography_normalisation_is_finite_and_maps_the_pixels_like_float32(name, dtype):
+    """A source of height 1: the release casts 2e14 into half (Inf in float16). Patched: finite,
+    and it maps the normalised coordinates of every source pixel where the release's float32
+    matrix maps them (normal_transform_pixel's half rule: the single row still sits at -1)."""
+    K = _kornia()
+    conversions = K.geometry.conversions
+    function = lambda *args: getattr(conversions, name)(*args)  # noqa: E731 - looked up in each state
+    homography, size_src, size_dst = inputs.normalize_homography_call(dtype)
+    with testing.isolated():
+        half = function(homography, size_src, size_dst)
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = function(homography.float(), size_src, size_dst)
+            unpatched = function(homography, size_src, size_dst)
+            to_src = conversions.normal_transform_pixel(*size_src) if name == "normalize_homography" else torch.eye(3)[None]
+    assert half.dtype == dtype and bool(torch.isfinite(half).all())
+    if dtype == torch.float16:
+        assert not bool(torch.isfinite(unpatched).all())
+    # the source pixels (x, 0), in the coordinates the function takes
+    pixels = torch.stack([torch.arange(5.0), torch.zeros(5), torch.ones(5)])
+    points = to_src[0] @ pixels
+    mapped_half = half[0].float() @ points
+    mapped_reference = reference[0] @ points
+    mapped_half = mapped_half[:2] / mapped_half[2:]
+    mapped_reference = mapped_reference[:2] / mapped_reference[2:]
+    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    torch.testing.assert_close(mapped_half, mapped_reference, rtol=2 * step, atol=8 * step)

@@ -1,0 +1,430 @@
+"""cpu_half: float16 kornia networks on CPU computed with float32 copies of their weights.
+
+Oracle: the module's own float32 forward on the same (float16-rounded) weights and input,
+``copy.deepcopy(m).float()(x.float()).half()``, computed in the same run; unpatched runs for
+everything that must not change. This CPU has avx512_fp16, so "auto" picks native here: the
+float32 mode is forced (apply option), and auto's two branches are driven through
+KORNIA_HALFPATCH_CPU_NATIVE_HALF.
+"""
+
+import copy
+import dataclasses
+import importlib
+import inspect
+import pickle
+import pkgutil
+import re
+import warnings
+
+import pytest
+import torch
+
+import kornia
+import kornia.feature as KF
+import kornia_halfpatch
+from kornia_halfpatch import testing
+from kornia_halfpatch.fixes import networks_cpu_half as cpu_half
+from support import UPSTREAM_FIXED, bitwise_equal
+
+FIX = "networks_cpu_half"
+pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
+
+
+@pytest.fixture
+def float32_mode():
+    with testing.isolated(only=[FIX], cpu_half="float32") as report:
+        assert FIX in report.applied, report.fixes[FIX].reason
+        yield report
+
+
+def seeded(module):
+    torch.manual_seed(0)
+    return module
+
+
+def reference(module, *args):
+    """The module's float32 forward on the widened weights and inputs, narrowed once."""
+    wide = copy.deepcopy(module).float()
+    with torch.no_grad():
+        out = wide(*[a.float() if isinstance(a, torch.Tensor) and a.dtype == torch.float16 else a for a in args])
+    return narrow(out)
+
+
+def narrow(out):
+    if isinstance(out, torch.Tensor):
+        return out.half() if out.is_floating_point() else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(narrow(o) for o in out)
+    if isinstance(out, dict):
+        return {k: narrow(v) for k, v in out.items()}
+    if dataclasses.is_dataclass(out):
+        return type(out)(**{f.name: narrow(getattr(out, f.name)) for f in dataclasses.fields(out)})
+    return out
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and bitwise_equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if dataclasses.is_dataclass(a):
+        return type(a) is type(b) and all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    return a == b
+
+
+def patches(n=3, size=32, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, size, size, generator=generator)
+
+
+def image(channels=1, size=48, seed=2):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.rand(1, channels, size, size, generator=generator)
+
+
+def lafs():
+    return torch.tensor([[[[6.0, 0.0, 20.0], [0.0, 6.0, 24.0]], [[5.0, 1.0, 28.0], [-1.0, 4.0, 18.0]]]])
+
+
+def hardnet8():
+    from kornia_halfpatch.demos.feature_descriptors import _untrained_hardnet8
+
+    return _untrained_hardnet8()
+
+
+# name -> (module factory, input factory); modules untrained (pretrained=False), seeded.
+CASES = {
+    "SOSNet": (lambda: KF.SOSNet(pretrained=False), lambda: (patches(),)),
+    "HardNet": (lambda: KF.HardNet(pretrained=False), lambda: (patches(),)),
+    "HardNet8": (hardnet8, lambda: (patches(),)),
+    "HyNet": (lambda: KF.HyNet(pretrained=False), lambda: (patches(),)),
+    "TFeat": (lambda: KF.TFeat(pretrained=False), lambda: (patches(),)),
+    "KeyNet": (lambda: KF.KeyNet(pretrained=False), lambda: (image(),)),
+    "OriNet": (lambda: KF.OriNet(pretrained=False), lambda: (patches(),)),
+    "LAFAffNetShapeEstimator": (lambda: KF.LAFAffNetShapeEstimator(pretrained=False), lambda: (lafs(), image())),
+    "DISK": (lambda: KF.DISK(), lambda: (image(3, 32),)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_float16_is_the_float32_forward_narrowed_bitwise(float32_mode, name):
+    build, inputs = CASES[name]
+    module = seeded(build()).eval().half()
+    args = tuple(a.half() for a in inputs())
+    expected = reference(module, *args)
+    with torch.no_grad():
+        got = module(*args)
+        again = module(*args)  # from the cached float32 weights
+    assert same(got, expected)
+    assert same(again, expected)
+
+
+@pytest.mark.parametrize("name", ["SOSNet", "HardNet", "KeyNet"])
+def test_float32_float64_bfloat16_and_native_mode_are_the_release(name):
+    build, inputs = CASES[name]
+    base = seeded(build()).eval()
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        module = copy.deepcopy(base).to(dtype)
+        args = tuple(a.to(dtype) for a in inputs())
+        with torch.no_grad(), testing.isolated(only=None, cpu_half="float32") as report:
+            assert FIX in report.applied
+            patched = module(*args)
+            with kornia_halfpatch.unpatched([FIX]):
+                unpatched = module(*args)
+        assert same(patched, unpatched), dtype
+    # native mode installs nothing: float16 is the release's float16 path itself
+    module = copy.deepcopy(base).half()
+    with testing.isolated(only=[FIX], cpu_half="native") as report:
+        assert FIX not in report.applied
+        assert "_call_impl" not in type(module).__dict__
+
+
+def test_a_float32_module_fed_float16_and_a_meta_input_take_the_releases_path(float32_mode):
+    module = seeded(KF.HardNet(pretrained=False)).eval()
+    x = patches().half()
+    assert not cpu_half.float32_wanted(module, (x,), {})  # float32 parameters
+    half = copy.deepcopy(module).half()
+    assert cpu_half.float32_wanted(half, (x,), {})
+    assert not cpu_half.float32_wanted(half, (x.to("meta"),), {})  # not a CPU tensor (as CUDA/MPS)
+    assert not cpu_half.float32_wanted(half, (x.bfloat16(),), {})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not cpu_half.float32_wanted(half, (x,), {})
+
+
+def test_modes_code_beats_environment_beats_auto(monkeypatch):
+    monkeypatch.setenv(cpu_half.ENV_CPU_HALF, "float32")
+    with testing.isolated(only=[FIX]) as report:
+        assert FIX in report.applied
+        assert "KORNIA_HALFPATCH_CPU_HALF=float32" in report.probes[FIX]
+    with testing.isolated(only=[FIX], cpu_half="native") as report:
+        assert FIX not in report.applied
+        assert "apply(cpu_half='native')" in report.fixes[FIX].reason
+    monkeypatch.setenv(cpu_half.ENV_CPU_HALF, "native")
+    with testing.isolated(only=[FIX], cpu_half="float32") as report:
+        assert FIX in report.applied
+
+
+def test_auto_follows_the_cpu_and_its_override(monkeypatch):
+    monkeypatch.delenv(cpu_half.ENV_CPU_HALF, raising=False)
+    monkeypatch.delenv(cpu_half.ENV_NATIVE_HALF, raising=False)
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    native = bool(capabilities.get("avx512_fp16") or capabilities.get("amx_fp16"))
+    with testing.isolated(only=[FIX], cpu_half="auto") as report:
+        assert (FIX not in report.applied) == native, report.fixes[FIX].reason
+    monkeypatch.setenv(cpu_half.ENV_NATIVE_HALF, "0")
+    with testing.isolated(only=[FIX], cpu_half="auto") as report:
+        assert FIX in report.applied
+        assert "KORNIA_HALFPATCH_CPU_NATIVE_HALF=0" in report.probes[FIX]
+    monkeypatch.setenv(cpu_half.ENV_NATIVE_HALF, "1")
+    with testing.isolated(only=[FIX]) as report:
+        assert FIX not in report.applied
+        assert "auto" in report.fixes[FIX].reason
+
+
+def test_bad_values_raise_in_code_and_warn_from_the_environment(monkeypatch):
+    with testing.preserved():
+        with pytest.raises(ValueError, match="cpu_half must be one of"):
+            kornia_halfpatch.apply(only=[FIX], cpu_half="fast")
+    monkeypatch.setenv(cpu_half.ENV_CPU_HALF, "fastest")
+    monkeypatch.setenv(cpu_half.ENV_NATIVE_HALF, "0")
+    with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="KORNIA_HALFPATCH_CPU_HALF='fastest'"):
+        with testing.isolated(only=[FIX]) as report:
+            assert FIX in report.applied  # auto, with a CPU said to lack float16 arithmetic
+            assert "ignored" in report.probes[FIX]
+
+
+def test_cache_is_kept_and_rebuilt_when_a_parameter_changes(float32_mode):
+    module = seeded(KF.HardNet(pretrained=False)).eval().half()
+    x = patches().half()
+    with torch.no_grad():
+        module(x)
+        state = cpu_half._cache[module][1]
+        module(x)
+        assert cpu_half._cache[module][1] is state
+        weights = sum(p.numel() for p in module.parameters()) + sum(
+            b.numel() for b in module.buffers() if b.dtype == torch.float16
+        )
+        assert cpu_half.cached_float32_bytes(module) == 4 * weights
+        first_conv = next(m for m in module.modules() if isinstance(m, torch.nn.Conv2d))
+        first_conv.weight.mul_(0.5)  # in place: same storage, new version
+        got = module(x)
+        assert cpu_half._cache[module][1] is not state
+    assert same(got, reference(module, x))
+    module.float().half()  # new tensors (dtype round trip)
+    with torch.no_grad():
+        assert same(module(x), reference(module, x))
+
+
+def test_training_step_gradients_reach_the_half_parameters(float32_mode):
+    torch.manual_seed(0)
+    module16 = KF.HardNet(pretrained=False).half().train()
+    module32 = copy.deepcopy(module16).float()
+    x = patches(8).half()
+    torch.manual_seed(5)  # HardNet has Dropout: the same mask for both runs
+    loss16 = module16(x).float().pow(2).sum()
+    torch.manual_seed(5)
+    loss32 = module32(x.float()).half().float().pow(2).sum()
+    loss16.backward()
+    loss32.backward()
+    for (name, p16), (_, p32) in zip(module16.named_parameters(), module32.named_parameters()):
+        assert p16.grad is not None and p16.grad.dtype == torch.float16, name
+        assert bitwise_equal(p16.grad, p32.grad.half()), name
+    for (name, b16), (_, b32) in zip(module16.named_buffers(), module32.named_buffers()):
+        # BatchNorm's running statistics: updated in float32, stored back narrowed
+        expected = b32.half() if b16.is_floating_point() else b32
+        assert bitwise_equal(b16, expected), name
+    before = [p.detach().clone() for p in module16.parameters()]
+    torch.optim.SGD(module16.parameters(), lr=0.1).step()
+    assert any(not torch.equal(a, b) for a, b in zip(before, module16.parameters()))
+    assert all(p.dtype == torch.float16 for p in module16.parameters())
+    assert not cpu_half._cache.get(module16)  # nothing cached while gradients were needed
+
+
+def test_parameters_state_dict_pickle_and_to_are_unchanged(float32_mode):
+    module = seeded(KF.SOSNet(pretrained=False)).eval().half()
+    attributes = set(vars(module))
+    keys = {k: (v.dtype, v.shape) for k, v in module.state_dict().items()}
+    x = patches().half()
+    with torch.no_grad():
+        out = module(x)
+    assert set(vars(module)) == attributes
+    assert {k: (v.dtype, v.shape) for k, v in module.state_dict().items()} == keys
+    clone = pickle.loads(pickle.dumps(module))
+    with torch.no_grad():
+        assert same(clone(x), out)
+    assert set(vars(clone)) == attributes
+    assert all(p.dtype == torch.float32 for p in module.to(torch.float32).parameters())
+    assert module.training is False
+
+
+def test_revert_removes_the_hook_from_the_class():
+    with testing.isolated(only=()):
+        assert "_call_impl" not in KF.HardNet.__dict__
+        kornia_halfpatch.apply(only=[FIX], cpu_half="float32")
+        assert "_call_impl" in KF.HardNet.__dict__
+        kornia_halfpatch.revert([FIX])
+        assert "_call_impl" not in KF.HardNet.__dict__
+        assert KF.HardNet._call_impl is torch.nn.Module._call_impl
+
+
+@pytest.mark.parametrize("order", [("feature_descriptors", FIX), (FIX, "feature_descriptors")])
+def test_composes_with_descriptor_norm_in_either_order(order):
+    module = seeded(KF.SOSNet(pretrained=False)).eval().half()
+    x = patches().half()
+    expected = reference(module, x)
+    release_forward = kornia_halfpatch.get_original(KF.SOSNet.__dict__["forward"])
+    with testing.isolated(only=()):
+        assert not kornia_halfpatch.is_patched(release_forward)
+        with testing.isolated(only=["feature_descriptors"]):
+            with torch.no_grad():
+                descriptor_norm_only = module(x)
+        for name in order:
+            kornia_halfpatch.apply(only=[name], cpu_half="float32")
+        with torch.no_grad():
+            assert same(module(x), expected)
+        kornia_halfpatch.revert([order[0]])  # the other one stays, alone
+        with torch.no_grad():
+            alone = module(x)
+        if order[1] == FIX:
+            assert same(alone, expected)
+        else:
+            assert same(alone, descriptor_norm_only)
+        kornia_halfpatch.revert()
+        assert KF.SOSNet.__dict__["forward"] is release_forward
+        assert "_call_impl" not in KF.SOSNet.__dict__
+
+
+def test_only_and_exclude_select_it():
+    with testing.isolated(only=None, cpu_half="float32") as report:
+        assert FIX in report.applied
+    with testing.preserved():
+        kornia_halfpatch.revert()
+        report = kornia_halfpatch.apply(exclude=[FIX], cpu_half="float32")
+        assert FIX not in report.applied and "feature_descriptors" in report.applied
+        assert "_call_impl" not in KF.SOSNet.__dict__
+
+
+def test_pipelines_reach_their_networks_in_float32(float32_mode):
+    """A LocalFeature pipeline is not a row: its networks are, and run with float32 weights."""
+    torch.manual_seed(0)
+    detector = KF.KeyNetDetector(
+        pretrained=False, num_features=20, aff_module=KF.LAFAffNetShapeEstimator(pretrained=False)
+    )
+    feature = KF.LocalFeature(detector, KF.LAFDescriptor(KF.HardNet(pretrained=False), patch_size=32)).eval().half()
+    seen = {}
+    hooks = []
+    for owner in (feature.detector.model, feature.descriptor.descriptor, feature.detector.aff):
+        conv = next(m for m in owner.modules() if isinstance(m, torch.nn.Conv2d))
+        hooks.append(conv.register_forward_hook(lambda m, i, o, n=type(owner).__name__: seen.__setitem__(n, (i[0].dtype, m.weight.dtype))))
+    try:
+        with torch.no_grad():
+            lafs_, responses, descriptors = feature(image(1, 64).half())
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen["KeyNet"] == (torch.float32, torch.float32)
+    if descriptors.shape[1]:  # patches were described and shaped (0.7.0's untrained KeyNet finds
+        # none here, and the release returns its empty descriptor tensor in float32)
+        assert descriptors.dtype == torch.float16
+        assert seen["HardNet"] == (torch.float32, torch.float32)
+        assert seen["LAFAffNetShapeEstimator"] == (torch.float32, torch.float32)
+
+
+def test_torch_jit_script_still_works(float32_mode):
+    module = seeded(KF.HardNet(pretrained=False)).eval().half()
+    x = patches().half()
+    scripted = torch.jit.script(module)  # compiles forward; the hook is not part of it
+    with torch.no_grad():
+        got = scripted(x)
+        with kornia_halfpatch.unpatched([FIX]):
+            native = torch.jit.script(copy.deepcopy(module))(x)
+    assert same(got, native)
+
+
+def test_torch_compile_fullgraph_in_float32_mode(float32_mode):
+    module = seeded(KF.TFeat(pretrained=False)).eval().half()
+    x = patches(2).half()
+    expected = reference(module, x)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            # dynamo must capture the float32 path as one graph; the eager backend runs that
+            # graph (inductor's code generation is not what this checks, and costs ~45 s)
+            got = torch.compile(module, fullgraph=True, backend="eager")(x)
+    finally:
+        torch._dynamo.reset()
+    assert got.dtype == torch.float16
+    assert same(got, expected)
+
+
+def _conv_classes():
+    """Every nn.Module class defined in the installed kornia whose source builds or calls a convolution."""
+    pattern = re.compile(r"Conv[123]d|ConvTranspose|conv2d\(")
+    found = set()
+    for package in ("kornia.feature", "kornia.filters", "kornia.contrib", "kornia.models", "kornia.geometry", "kornia.losses"):
+        try:
+            root = importlib.import_module(package)
+        except Exception:  # noqa: BLE001 - a package this release does not have
+            continue
+        names = [package] + [info.name for info in pkgutil.walk_packages(root.__path__, package + ".")]
+        for name in names:
+            try:
+                module = importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - optional dependencies (onnx, transformers)
+                continue
+            for obj in vars(module).values():
+                if isinstance(obj, type) and issubclass(obj, torch.nn.Module) and obj.__module__ == name:
+                    try:
+                        source = inspect.getsource(obj)
+                    except (OSError, TypeError):
+                        continue
+                    if pattern.search(source):
+                        found.add(f"{obj.__module__}:{obj.__qualname__}")
+    return found
+
+
+def test_every_convolutional_kornia_module_is_a_row_reached_or_exempt():
+    with testing.isolated(only=[FIX], cpu_half="float32") as report:
+        rows = {row.target.rsplit("._call_impl", 1)[0] for row in report.fixes[FIX].rows if row.verdict.value == "applied"}
+    row_names = {path.split(":")[1] for path in rows}
+    uncovered = []
+    for qualified in sorted(_conv_classes()):
+        if qualified in rows:
+            continue
+        holder = cpu_half.REACHED_THROUGH.get(qualified)
+        if holder is not None:
+            assert holder in row_names, f"{qualified} is said to be reached through {holder}, not a row here"
+            continue
+        if cpu_half.exemption(qualified) is None:
+            uncovered.append(qualified)
+    assert uncovered == [], "convolutional kornia modules neither a row, reached through one, nor exempt"
+    # and every row that resolves in this release is a convolutional class of it
+    assert rows <= _conv_classes() | {"kornia.feature.disk.disk:DISK", "kornia.feature.disk._unets.unet:Unet",
+                                     "kornia.feature.dedode.detector:DeDoDeDetector",
+                                     "kornia.feature.dedode.descriptor:DeDoDeDescriptor", "kornia.feature.defmo:DeFMO",
+                                     "kornia.filters.dexined:DexiNed", "kornia.models.dexined:DexiNed",
+                                     "kornia.feature.sold2.backbones:SOLD2Net"}
+
+
+def test_reached_through_holds_on_instances():
+    """The holders really contain the classes said to be reached through them (cheap ones)."""
+    import kornia.feature.keynet as keynet
+
+    assert any(isinstance(m, keynet._FeatureExtractor) for m in KF.KeyNet(pretrained=False).modules())
+    from kornia.feature.disk._unets import blocks
+
+    unet = KF.DISK().unet
+    assert any(isinstance(m, blocks.Conv) for m in unet.modules())
+    assert any(isinstance(m, blocks.ThinUnetUpBlock) for m in unet.modules())
+
+
+def test_demonstration_holds_and_status_says_why(float32_mode):
+    from kornia_halfpatch.demos.networks_cpu_half import demonstrate
+
+    demo = demonstrate()
+    assert demo.holds, demo.rows
+    assert float32_mode.probes[FIX].startswith("float32 in force (apply(cpu_half='float32'))")
+    with testing.isolated(only=[FIX], cpu_half="native") as report:
+        assert report.probes[FIX].startswith("native in force")

@@ -1,0 +1,370 @@
+"""torch_ops: kornia's calls of torch ops without a half CPU kernel, promoted.
+
+The oracle is the installed release's float32 computation on the same (half-representable)
+inputs, narrowed, computed in the same run with the fix reverted. Output dtypes are kornia
+0.9.0's for the same call (docs/surface/no_half_kernel.md of the survey: the input's half dtype,
+float32 for zca_mean's T and mean)."""
+
+import pytest
+import torch
+
+import kornia_halfpatch
+from kornia_halfpatch import probe_inputs as inputs
+from kornia_halfpatch import testing
+from kornia_halfpatch.fixes import torch_ops
+from support import HALF_DTYPES, UPSTREAM_FIXED, bitwise_equal
+
+import half_call_sites
+
+pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
+DTYPE_IDS = [str(d).replace("torch.", "") for d in HALF_DTYPES]
+
+# --------------------------------------------------------------------------------------------
+# Every call site found in the installed release's source is promoted, exempt with a reason, or
+# a gap the doc names.
+
+ROW_PATHS = {t.candidates[0] for t in torch_ops.FIX.targets}
+# The enclosing function itself is a row, or the row is the public function that calls it.
+COVERED_BY = {
+    "kornia.geometry.epipolar.essential:null_to_Nister_solution": "kornia.geometry.epipolar.essential:find_essential",
+    "kornia.geometry.epipolar.essential:_null_to_Nister_solution_script": "kornia.geometry.epipolar.essential:find_essential",
+    "kornia.geometry.epipolar.fundamental:run_7point": "kornia.geometry.epipolar.fundamental:find_fundamental",
+    "kornia.geometry.epipolar.fundamental:run_8point": "kornia.geometry.epipolar.fundamental:find_fundamental",
+    "kornia.geometry.epipolar.fundamental:_nullspace_via_eigh": "kornia.geometry.epipolar.fundamental:find_fundamental",
+}
+HELPER = "kornia's own widening helper: casts half to float32 before the op"
+EXEMPT = {
+    "kornia.utils.helpers:_torch_inverse_cast": HELPER,
+    "kornia.utils.helpers:_torch_solve_cast": HELPER,
+    "kornia.utils.helpers:_torch_svd_cast": HELPER,
+    "kornia.utils.helpers:_torch_linalg_svdvals": HELPER,
+    "kornia.utils.helpers:safe_inverse_with_mask": HELPER,
+    "kornia.utils.helpers:safe_solve_with_mask": HELPER,
+    "kornia.core.utils:_torch_inverse_cast": HELPER,
+    "kornia.core.utils:_torch_solve_cast": HELPER,
+    "kornia.core.utils:_torch_svd_cast": HELPER,
+    "kornia.core.utils:_torch_linalg_svdvals": HELPER,
+    "kornia.core.utils:safe_inverse_with_mask": HELPER,
+    "kornia.core.utils:safe_solve_with_mask": HELPER,
+    "kornia.feature.aliked.aliked:_affine_from_cov": "casts half covariances to float32 before eigh (0.8.3)",
+    "kornia.feature.matching:match_smnn": "cdist on the matched descriptors after _cdist (a row) built the distance matrix; "
+    "reached in half only through _cdist's widened path",
+    "kornia.geometry.calibration.pnp:solve_pnp_dlt": "refuses float16/bfloat16 with a dtype check before any op "
+    "(every release and 0.9.0)",
+    "kornia.geometry.liegroup.se2:Se2.inverse": "So2.inverse(), not Tensor.inverse (a Lie group object)",
+    "kornia.geometry.liegroup.se3:Se3.inverse": "So3.inverse(), not Tensor.inverse (a Lie group object)",
+    "kornia.geometry.pose:NamedPose.inverse": "Se3.inverse(), not Tensor.inverse (a Lie group object)",
+}
+# Reached through a kornia-scoped torch op target (module views), not a row of its function.
+SCOPED_OP = {
+    "kornia.tracking.planar_tracker:HomographyTracker.track_next_frame": "torch.inverse",
+}
+# Left out (docs/fixes/torch_ops.md says why).
+GAPS = {}
+
+
+@pytest.fixture(scope="module")
+def sites():
+    return half_call_sites.all_sites()
+
+
+def test_every_call_site_is_promoted_or_exempt_with_a_reason(sites):
+    assert sites, "the scan found no site: it is broken"
+    unclassified = sorted(
+        {f"{s.where} ({s.op}, line {s.line})" for s in sites}
+        - {f"{s.where} ({s.op}, line {s.line})" for s in sites if s.where in ROW_PATHS | set(COVERED_BY) | set(EXEMPT) | set(GAPS) | set(SCOPED_OP)}
+    )
+    assert unclassified == []
+    for caller in COVERED_BY.values():
+        assert caller in ROW_PATHS
+
+
+def test_every_row_of_a_site_in_this_release_is_installed(sites):
+    with testing.isolated(only=["torch_ops"]) as report:
+        installed = set(report.fixes["torch_ops"].targets)
+    wanted = {s.where for s in sites if s.where in ROW_PATHS} | {COVERED_BY[s.where] for s in sites if s.where in COVERED_BY}
+    assert wanted <= installed
+
+
+def test_the_scan_sees_a_site_of_each_kind(sites):
+    # The scan resolves module aliases and Tensor methods: one known site of each in every release.
+    found = {(s.where, s.op) for s in sites}
+    assert ("kornia.feature.laf:ellipse_to_laf", "Tensor.inverse") in found
+    assert ("kornia.geometry.subpix.spatial_soft_argmax:conv_soft_argmax3d", "F.avg_pool3d") in found
+    assert ("kornia.filters.guided:_guided_blur_multichannel_guidance", "torch.linalg.solve") in found
+
+
+# --------------------------------------------------------------------------------------------
+# Public APIs (no_half_kernel.md's failing rows): patched half = release float32, narrowed
+
+
+def _kornia():
+    import kornia
+
+    return kornia
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+def api_cases():
+    K = _kornia()
+    ep = K.geometry.epipolar
+    cases = {
+        "guided_blur 3-channel": lambda d: K.filters.guided_blur(*inputs.guided_multichannel(d)),
+        "GuidedBlur 3-channel": lambda d: K.filters.GuidedBlur(5, 0.01)(*inputs.guided_multichannel(d)[:2]),
+        "zca_whiten": lambda d: K.enhance.zca_whiten(*inputs.zca_input(d)),
+        "zca_mean": lambda d: K.enhance.zca_mean(*inputs.zca_input(d))[:2],
+        "ZCAWhitening fit+forward": lambda d: K.enhance.ZCAWhitening()(inputs.zca_input(d)[0], include_fit=True),
+        "ellipse_to_laf": lambda d: K.feature.laf.ellipse_to_laf(*inputs.ellipses(d)),
+        "match_nn": lambda d: K.feature.match_nn(*inputs.descriptor_pair(d)),
+        "match_mnn": lambda d: K.feature.match_mnn(*inputs.descriptor_pair(d)),
+        "match_snn": lambda d: K.feature.match_snn(*inputs.descriptor_pair(d)),
+        "match_smnn": lambda d: K.feature.match_smnn(*inputs.descriptor_pair(d)),
+        "DescriptorMatcher snn": lambda d: K.feature.DescriptorMatcher("snn", 0.9)(*inputs.descriptor_pair(d)),
+        "conv_soft_argmax3d": lambda d: K.geometry.subpix.conv_soft_argmax3d(*inputs.soft_argmax_volume(d)),
+        "ConvSoftArgmax3d": lambda d: K.geometry.subpix.ConvSoftArgmax3d()(*inputs.soft_argmax_volume(d)),
+        "warp_perspective3d": lambda d: K.geometry.transform.warp_perspective3d(
+            inputs.warp3d_call(d)[0], inputs.warp3d_call(d)[1], (4, 6, 6)),
+        "find_homography_dlt": lambda d: K.geometry.homography.find_homography_dlt(*inputs.homography_points(d)),
+        "find_homography_dlt_iterated": lambda d: K.geometry.homography.find_homography_dlt_iterated(
+            *inputs.homography_points(d), torch.ones(1, 8, dtype=d)),
+        "find_fundamental 7POINT": lambda d: ep.find_fundamental(*inputs.fundamental_points(d)),
+        "find_fundamental 8POINT": lambda d: ep.find_fundamental(*_eight_points(d)),
+        "fundamental_from_essential": lambda d: ep.fundamental_from_essential(*inputs.essential_and_intrinsics(d)),
+        "fundamental_from_projections": lambda d: ep.fundamental_from_projections(*inputs.projection_pair(d)),
+        "decompose_essential_matrix": lambda d: ep.decompose_essential_matrix(*inputs.essential_matrix(d)),
+        "motion_from_essential": lambda d: ep.motion_from_essential(*inputs.essential_matrix(d)),
+        "KRt_from_projection": lambda d: ep.KRt_from_projection(*inputs.projection_matrix(d)),
+        "PinholeCamera.intrinsics_inverse": lambda d: inputs.pinhole_camera(d)[0].intrinsics_inverse(),
+        "Homography.forward_inverse": lambda d: inputs.homography_module(d)[0].forward_inverse(),
+        "Similarity.forward_inverse": lambda d: inputs.similarity_module(d)[0].forward_inverse(),
+    }
+    if hasattr(ep, "find_essential"):
+        cases["find_essential"] = lambda d: ep.find_essential(*inputs.essential_points(d))
+    if hasattr(K.geometry.epipolar, "numeric") and hasattr(ep.numeric, "matrix_cofactor_tensor"):
+        cases["matrix_cofactor_tensor"] = lambda d: ep.numeric.matrix_cofactor_tensor(*inputs.square_matrices(d))
+    if hasattr(K.filters, "fft_conv") or hasattr(K.filters.filter, "fft_conv"):
+        cases["fft_conv"] = lambda d: K.filters.filter.fft_conv(*inputs.fft_conv_call(d))
+    quaternion = K.geometry.quaternion
+    if hasattr(quaternion, "average_quaternions"):
+        cases["average_quaternions"] = lambda d: quaternion.average_quaternions(*inputs.quaternion_batch(d)).data
+    return cases
+
+
+def _eight_points(dtype):
+    g = torch.Generator().manual_seed(37)
+    X = torch.cat([torch.rand(1, 9, 2, generator=g) * 2 - 1, 2 + torch.rand(1, 9, 1, generator=g)], -1)
+    x1, x2 = X[..., :2] / X[..., 2:], (X[..., :2] + torch.tensor([0.25, 0.0])) / X[..., 2:]
+    return x1.bfloat16().to(dtype), x2.bfloat16().to(dtype), None, "8POINT"
+
+
+# 0.9.0's output dtype per output where it is not the input's half dtype.
+FLOAT32_OUTPUTS = {"zca_mean": (True, True)}
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+def _oracle(case, name, dtype):
+    """(the release's float32 outputs, the same narrowed to 0.9.0's output dtypes)."""
+    with kornia_halfpatch.unpatched(["torch_ops"]):
+        reference = _tensors(case(torch.float32))
+    keep = FLOAT32_OUTPUTS.get(name, ())
+    return reference, [
+        t.to(dtype) if t.is_floating_point() and not (i < len(keep) and keep[i]) else t
+        for i, t in enumerate(reference)
+    ]
+
+
+CASES = sorted(api_cases())
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", CASES)
+def test_public_api_in_half_is_the_release_float32_narrowed(name, dtype):
+    case = api_cases()[name]
+    with testing.isolated(only=["torch_ops"]):
+        reference, expected = _oracle(case, name, dtype)
+        got = _tensors(case(dtype))
+    assert len(got) == len(expected)
+    for g, e, r in zip(got, expected, reference):
+        assert g.dtype == e.dtype, name
+        assert g.shape == e.shape, name
+        if g.is_floating_point():
+            # Non-finite only where the float32 path is (the inputs keep every value in range).
+            assert bool((torch.isfinite(g) | ~torch.isfinite(r)).all()), name
+            # Whole-function promotion: bitwise, except where kornia does half work before or after
+            # the promoted function (a public wrapper): one half rounding step apart at most.
+            if not bitwise_equal(g, e):
+                torch.testing.assert_close(g.float(), e.float(), rtol=2 ** -6, atol=2 ** -6)
+        else:
+            assert torch.equal(g, e), name
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_public_api_float32_is_bitwise_unchanged(name):
+    case = api_cases()[name]
+    with testing.isolated(only=["torch_ops"]):
+        patched = _tensors(case(torch.float32))
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            unpatched = _tensors(case(torch.float32))
+    assert all(bitwise_equal(a, b) for a, b in zip(patched, unpatched)) and len(patched) == len(unpatched)
+
+
+def test_a_failing_call_fails_unpatched_and_works_patched():
+    """The fix is what makes it work: ellipse_to_laf raises on half CPU input without it."""
+    K = _kornia()
+    with testing.isolated(only=()):
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            K.feature.laf.ellipse_to_laf(*inputs.ellipses(torch.float16))
+    with testing.isolated(only=["torch_ops"]):
+        assert K.feature.laf.ellipse_to_laf(*inputs.ellipses(torch.float16)).dtype == torch.float16
+
+
+# --------------------------------------------------------------------------------------------
+# Hand-written method targets (no tensor parameter): float32 bitwise, half the float32 narrowed
+
+
+def test_hand_written_targets_are_installed_where_present():
+    with testing.isolated(only=["torch_ops"]):
+        installed = {target.candidates[0] for name, target, _, _ in testing.installed_targets() if name == "torch_ops"}
+    for target in torch_ops.METHOD_TARGETS:
+        module, _, attribute = target.candidates[0].partition(":")
+        try:
+            import importlib
+
+            owner = importlib.import_module(module)
+            for part in attribute.split("."):
+                owner = getattr(owner, part)
+        except (ImportError, AttributeError):
+            continue
+        assert target.candidates[0] in installed
+
+
+def test_script_holds_for_a_scriptable_row():
+    """torch.jit.script of ellipse_to_laf (scriptable in every release) compiles the replacement."""
+    K = _kornia()
+    with testing.isolated(only=["torch_ops"]):
+        function = K.feature.laf.ellipse_to_laf
+        scripted = torch.jit.script(function)
+        for dtype in HALF_DTYPES:
+            assert bitwise_equal(scripted(*inputs.ellipses(dtype)), function(*inputs.ellipses(dtype)))
+
+
+def test_zca_whitening_still_scripts_and_its_float32_is_unchanged():
+    """ZCAWhitening scripts in every release (kornia tests it): its written-out forward must too."""
+    K = _kornia()
+    data = inputs.zca_input(torch.float32)[0]
+    with testing.isolated(only=["torch_ops"]):
+        module = K.enhance.ZCAWhitening().fit(data)
+        scripted = torch.jit.script(module)
+        patched = module(data)
+        assert bitwise_equal(scripted(data), patched)
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            unpatched = K.enhance.ZCAWhitening().fit(data)(data)
+    assert bitwise_equal(patched, unpatched)
+
+
+def test_so2_and_se2_inverse_in_float16():
+    """float16 rotations are ComplexHalf (no CPU reciprocal): the inverse is the release's 1/z on
+    the widened z, narrowed, bitwise; float32 bitwise unchanged. bfloat16 has no complex dtype:
+    kornia fails before any op, as 0.9.0 refuses it (not tested here)."""
+    from kornia.geometry.liegroup import Se2, So2
+
+    theta = torch.tensor([0.5, 1.25, -2.0, 3.0])
+    with testing.isolated(only=["torch_ops"]):
+        rotation = So2.exp(theta.half())
+        got = rotation.inverse().z
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            expected = So2(rotation.z.to(torch.complex64)).inverse().z.to(torch.complex32)
+            float32 = So2.exp(theta).inverse().z
+            se2_float32 = Se2.exp(torch.tensor([[0.5, 0.25, 1.0]])).inverse().matrix()
+        assert got.dtype == torch.complex32
+        assert torch.equal(torch.view_as_real(got.to(torch.complex64)), torch.view_as_real(expected.to(torch.complex64)))
+        assert bitwise_equal(torch.view_as_real(So2.exp(theta).inverse().z), torch.view_as_real(float32))
+        se2 = Se2.exp(torch.tensor([[0.5, 0.25, 1.0]]).half()).inverse().matrix()
+        assert se2.dtype == torch.float16
+        torch.testing.assert_close(se2.float(), se2_float32, atol=4e-3, rtol=4e-3)
+        assert bitwise_equal(Se2.exp(torch.tensor([[0.5, 0.25, 1.0]])).inverse().matrix(), se2_float32)
+
+
+# --------------------------------------------------------------------------------------------
+# HomographyTracker: torch.inverse of its stored half homography, through the kornia-scoped target
+
+
+class _FixedMatcher(torch.nn.Module):
+    """A matcher that returns fixed correspondences and records the images it was given."""
+
+    def __init__(self, keypoints0, keypoints1):
+        super().__init__()
+        self.keypoints0, self.keypoints1, self.seen = keypoints0, keypoints1, []
+
+    def forward(self, data):
+        self.seen.append(data["image1"])
+        n = len(self.keypoints0)
+        return {"keypoints0": self.keypoints0, "keypoints1": self.keypoints1,
+                "batch_indexes": torch.zeros(n, dtype=torch.long)}
+
+
+class _FixedRansac(torch.nn.Module):
+    def __init__(self, homography):
+        super().__init__()
+        self.homography = homography
+
+    def forward(self, keypoints0, keypoints1):
+        return self.homography, torch.ones(len(keypoints0), dtype=torch.bool)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_homography_tracker_tracks_a_half_frame(dtype):
+    from kornia.geometry.transform import warp_perspective
+    from kornia.tracking import HomographyTracker
+
+    g = torch.Generator().manual_seed(61)
+    target, frame = torch.rand(1, 1, 32, 40, generator=g).to(dtype), torch.rand(1, 1, 32, 40, generator=g).to(dtype)
+    H = torch.tensor([[1.0625, 0.03125, 2.0], [-0.03125, 0.9375, 1.0], [0.0, 0.0, 1.0]]).to(dtype)
+    points = (torch.rand(40, 2, generator=g) * 30).round().to(dtype)
+    fast = _FixedMatcher(points, points)
+    tracker = HomographyTracker(_FixedMatcher(points, points), fast, _FixedRansac(H), minimum_inliers_num=10)
+    tracker.set_target(target)
+    tracker.previous_homography = H.clone()
+    with testing.isolated(only=["torch_ops"]):
+        homography, found = tracker.track_next_frame(frame)
+        assert found and homography.dtype == dtype
+        # The prewarp: the release's border margin on the stored homography, inverted in float32
+        # and narrowed once, then the release's half warp (no other fix in either run).
+        Hwarp = H.clone()[None]
+        Hwarp[:, 0:2, 0:2] = Hwarp[:, 0:2, 0:2] / 0.8
+        Hwarp[:, 0:2, 2] -= 10.0
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            expected = warp_perspective(frame, torch.inverse(Hwarp.float()).to(dtype), (32, 40))
+            tracker.previous_homography = H.clone()
+            with pytest.raises((RuntimeError, NotImplementedError)):  # torch refuses the half inverse
+                tracker.track_next_frame(frame)
+    assert bool((expected != 0).any())
+    assert bitwise_equal(fast.seen[0], expected)
+
+
+def test_kornia_scoped_torch_inverse_leaves_torch_and_full_precision_alone():
+    import kornia.tracking.planar_tracker as planar_tracker
+
+    real = torch.inverse
+    with testing.isolated(only=["torch_ops"]):
+        assert torch.inverse is real
+        scoped = planar_tracker.torch.inverse
+        assert scoped is not real and kornia_halfpatch.get_original(scoped) is real
+        m = torch.eye(3) + 0.25 * torch.rand(4, 3, 3, generator=torch.Generator().manual_seed(62))
+        for dtype in (torch.float32, torch.float64):
+            assert bitwise_equal(scoped(m.to(dtype)), real(m.to(dtype)))
+        for dtype in HALF_DTYPES:
+            assert bitwise_equal(scoped(m.to(dtype)), real(m.to(dtype).float()).to(dtype))
+        assert bitwise_equal(torch.jit.script(scoped)(m.half()), scoped(m.half()))
+        kornia_halfpatch.revert(["torch_ops"])
+        assert planar_tracker.torch is torch
