@@ -131,6 +131,17 @@ def zca_input(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     return _in(dtype, torch.stack([base[:, 0], base[:, 0] * 0.5 + base[:, 1], base[:, 2]], 1).bfloat16().float())
 
 
+def zca_inverse_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(ZCAWhitening(compute_inv=True) fitted, whitened data). A half fit keeps float32
+    statistics (zca_mean's row, as 0.9.0), so a half caller's module is the float32-fitted one."""
+    from kornia.enhance import ZCAWhitening
+
+    fit_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+    (data,) = zca_input(fit_dtype)
+    zca = ZCAWhitening(compute_inv=True).fit(data)
+    return (zca,) + _in(dtype, zca(data).detach().bfloat16().float())
+
+
 def zca_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """(ZCAWhitening(), data, include_fit=True): fit and whiten in one call."""
     from kornia.enhance import ZCAWhitening

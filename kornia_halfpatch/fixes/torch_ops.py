@@ -89,6 +89,10 @@ ROWS = (
     _row("kornia.enhance.zca:zca_whiten",
          f"{SVD} (through zca_mean): whitening in float32, narrowed once to the input's dtype (0.9.0's output dtype)",
          "zca_input"),
+    _row("kornia.enhance.zca:ZCAWhitening.inverse_transform",
+         "fit() keeps float32 statistics (zca_mean's row, as 0.9.0): the inverse runs in float32 and came back "
+         "float32 for half whitened data; narrowed once to its dtype (0.9.0's output dtype)",
+         "zca_inverse_call"),
     _row("kornia.feature.laf:ellipse_to_laf",
          f"{INVERSE} (Tensor.inverse of the ellipse's 2x2 form): the LAF in float32, narrowed once",
          "ellipses"),
