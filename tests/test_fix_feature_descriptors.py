@@ -145,7 +145,7 @@ def _oracle_groups():
 @pytest.fixture(scope="module")
 def kornia090():
     """Kornia 0.9.0's descriptors on the same weights and inputs, computed on this machine."""
-    return oracle.kornia090_outputs("feature_descriptors")
+    return oracle.kornia090_outputs("descriptor_norm")  # the generator, tests/golden/gen_descriptor_norm.py
 
 
 @pytest.mark.parametrize("name,config,dtype_name", _oracle_groups())
