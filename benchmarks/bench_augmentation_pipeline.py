@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-ROOT = Path(__file__).resolve().parents[1]
+from _harness import ROOT, Worker
 PIPELINE_A = "AugSeq(Affine,ColorJiggle,Perspective,Gray) 16x3x224x224"
 PIPELINE_B = "AugSeq(Affine,Perspective) 8x3x512x512"
 FIXED_COST = "RandomGrayscale 1x3x8x8, 50 calls (fixed cost)"
@@ -142,30 +142,6 @@ def worker(threads: int, memory_case: str, memory_dtype: str) -> None:
             print(json.dumps({"error": f"{type(exc).__name__}"}), flush=True)
 
 
-class Worker:
-    def __init__(self, python: str, threads: int) -> None:
-        command = [python, str(Path(__file__).resolve()), "--worker", "--threads", str(threads)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        self.info = self._read()
-
-    def _read(self) -> Dict:
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError("benchmark worker exited")
-            if line.startswith("{"):
-                return json.loads(line)
-
-    def time(self, case: str, dtype: str, patched: bool, reps: int) -> Dict:
-        self.process.stdin.write(json.dumps({"case": case, "dtype": dtype, "patched": patched, "reps": reps}) + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-
-
 def peak_memory(python: str, threads: int, case: str, dtype: str) -> float:
     command = [python, str(Path(__file__).resolve()), "--worker", "--threads", str(threads),
                "--memory-case", case, "--memory-dtype", dtype]
@@ -191,8 +167,8 @@ def main() -> int:
         worker(args.threads, args.memory_case, args.memory_dtype)
         return 0
     names = [PIPELINE_A, PIPELINE_B, FIXED_COST]
-    local = Worker(sys.executable, args.threads)
-    oracle = Worker(args.oracle_python, args.threads) if args.oracle_python else None
+    local = Worker(__file__, sys.executable, args.threads)
+    oracle = Worker(__file__, args.oracle_python, args.threads) if args.oracle_python else None
     variants = []
     for name in names:
         variants += [(name, "patched", "float32"), (name, "unpatched", "float32")]
@@ -212,7 +188,7 @@ def main() -> int:
                 if variant in errors:
                     continue
                 source = oracle if who == "kornia 0.9.0" else local
-                answer = source.time(name, dtype, who != "unpatched", args.reps)
+                answer = source.request(case=name, dtype=dtype, patched=who != "unpatched", reps=args.reps)
                 if "error" in answer:
                     errors[variant] = answer["error"]
                 else:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
-ROOT = Path(__file__).resolve().parents[1]
+from _harness import ROOT, Worker
 FIX = "networks_cpu_half"
 PATCH_BATCHES = (1, 256)
 IMAGE_BATCHES = (1, 4)
@@ -137,31 +137,6 @@ def _cached_bytes(module: Any) -> int:
     return cached_float32_bytes(module)
 
 
-class Worker:
-    def __init__(self, python: str, threads: int) -> None:
-        command = [python, str(Path(__file__).resolve()), "--worker", "--threads", str(threads)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        self.info = self._read()
-
-    def _read(self) -> Dict:
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError("benchmark worker exited")
-            if line.startswith("{"):
-                return json.loads(line)
-
-    def time(self, case: str, batch: int, dtype: str, mode: str, reps: int) -> Dict:
-        request = {"case": case, "batch": batch, "dtype": dtype, "mode": mode, "reps": reps}
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-
-
 # (who, dtype, mode): who is "local" or "0.9.0"
 VARIANTS = (
     ("local", "float32", "auto"),
@@ -188,8 +163,8 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     table = cases()
     names = [n for n in table if not args.only or n in args.only]
-    local = Worker(sys.executable, args.threads)
-    oracle = Worker(args.oracle_python, args.threads) if args.oracle_python else None
+    local = Worker(__file__, sys.executable, args.threads)
+    oracle = Worker(__file__, args.oracle_python, args.threads) if args.oracle_python else None
     variants = [(name, batch) + v for name in names for batch in table[name][2] for v in VARIANTS
                 if v[0] == "local" or oracle is not None]
     samples: Dict[tuple, List[float]] = {v: [] for v in variants}
@@ -203,7 +178,7 @@ def main() -> int:
                 if variant in errors:
                     continue
                 source = oracle if who == "0.9.0" else local
-                answer = source.time(name, batch, dtype, mode, args.reps)
+                answer = source.request(case=name, batch=batch, dtype=dtype, mode=mode, reps=args.reps)
                 if "error" in answer:
                     errors[variant] = answer["error"]
                 else:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-ROOT = Path(__file__).resolve().parents[1]
+from _harness import ROOT, Worker
 FIXES = ["warp_geometry"]
 SHAPE = (8, 3, 512, 512)
 
@@ -122,30 +122,6 @@ def peak(case: str, dtype_name: str, threads: int) -> None:
     print(json.dumps({"peak_mib": (after - before) / 1024}), flush=True)
 
 
-class Worker:
-    def __init__(self, python: str, threads: int) -> None:
-        command = [python, str(Path(__file__).resolve()), "--worker", "--threads", str(threads)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        self.info = self._read()
-
-    def _read(self) -> Dict:
-        while True:
-            line = self.process.stdout.readline()
-            if not line:
-                raise RuntimeError("benchmark worker exited")
-            if line.startswith("{"):
-                return json.loads(line)
-
-    def time(self, case: str, dtype: str, patched: bool, reps: int) -> Dict:
-        self.process.stdin.write(json.dumps({"case": case, "dtype": dtype, "patched": patched, "reps": reps}) + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-
-
 def measure_peak(python: str, case: str, dtype: str, threads: int) -> float:
     command = [python, str(Path(__file__).resolve()), "--peak", case, dtype, "--threads", str(threads)]
     output = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=True).stdout
@@ -170,8 +146,8 @@ def main() -> int:
         return 0
     sys.path.insert(0, str(ROOT))
     names = list(cases())
-    local = Worker(sys.executable, args.threads)
-    oracle = Worker(args.oracle_python, args.threads) if args.oracle_python else None
+    local = Worker(__file__, sys.executable, args.threads)
+    oracle = Worker(__file__, args.oracle_python, args.threads) if args.oracle_python else None
     variants = []
     for name in names:
         variants += [(name, "patched", "float32"), (name, "unpatched", "float32")]
@@ -188,7 +164,7 @@ def main() -> int:
                 if variant in errors:
                     continue
                 source = oracle if who == "kornia 0.9.0" else local
-                answer = source.time(name, dtype, who != "unpatched", args.reps)
+                answer = source.request(case=name, dtype=dtype, patched=who != "unpatched", reps=args.reps)
                 if "error" in answer:
                     errors[variant] = answer["error"]
                 else:
