@@ -560,13 +560,32 @@ def kornia_scoped_replacement(module: str, qualname: str) -> Any:
         for entry in list(entries):
             if entry.scope != SCOPE_KORNIA:
                 continue
-            function = entry.original
-            if getattr(function, "__module__", None) == module and getattr(function, "__qualname__", None) == qualname:
+            if _home_name(entry.original, entry.path) == (module, qualname):
                 return entry.replacement
     return None
 
 
-def _set_pickle_reference(replacement: Any, original: Any, scope: str) -> None:
+def _home_name(original: Any, path: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """Where a fresh process finds ``original``: its own module and qualified name when they
+    resolve to it, else the target's path (torch's builtin ``conv2d`` calls itself
+    ``torch._VariableFunctionsClass.conv2d``, which no module holds under that name)."""
+    module, qualname = getattr(original, "__module__", None), getattr(original, "__qualname__", None)
+    if module is not None and qualname is not None:
+        try:
+            obj: Any = sys.modules.get(module) or importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            if obj is original:
+                return module, qualname
+        except Exception:  # noqa: BLE001 - an unresolvable name falls back to the target's path
+            pass
+    if path is not None and ":" in path:
+        home, _, attribute = path.partition(":")
+        return home, attribute
+    return module, qualname
+
+
+def _set_pickle_reference(replacement: Any, original: Any, scope: str, path: Optional[str] = None) -> None:
     """Where pickle finds a replacement: at the original's name when it replaces the original
     there, at a ``kornia_halfpatch._scoped`` attribute when it is kornia-scoped (the original's
     home keeps the original, so its name cannot resolve to the replacement; see _scoped)."""
@@ -578,7 +597,8 @@ def _set_pickle_reference(replacement: Any, original: Any, scope: str) -> None:
     if scope == SCOPE_KORNIA:
         from ._scoped import reference_name
 
-        replacement.__module__, replacement.__qualname__ = "kornia_halfpatch._scoped", reference_name(module, qualname)
+        home, name = _home_name(original, path)
+        replacement.__module__, replacement.__qualname__ = "kornia_halfpatch._scoped", reference_name(home, name)
     else:
         replacement.__module__, replacement.__qualname__ = module, qualname
 
@@ -768,14 +788,24 @@ def _install(
     """
     entries: List[_Installed] = []
     _installed[fix.name] = entries  # first, so that a rollback finds a half-done install
+    # A class that only inherits a method another target of this fix patches where it is defined
+    # (kornia 0.7's PolicyAugmentBase.forward is ImageSequentialBase.forward) gets the base's
+    # replacement by inheritance: a copy set on the subclass would carry the base's qualified
+    # name, and pickle would find the base's function under it, not the copy.
+    defined_in_a_target = {
+        id(found[2]) for found in resolved
+        if found is not None and inspect.isclass(found[0]) and found[1] in found[0].__dict__
+    }
     try:
         for position, (target, found) in enumerate(zip(fix.targets, resolved)):
             if found is None:
                 continue
             parent, attribute, original, path = found
+            if inspect.isclass(parent) and attribute not in parent.__dict__ and id(original) in defined_in_a_target:
+                continue
             replacement = replacements[position] if replacements is not None else _build(target, original)
             scope = target.scope() if callable(target.scope) else target.scope
-            _set_pickle_reference(replacement, original, scope)
+            _set_pickle_reference(replacement, original, scope, path)
             entry = _Installed(parent, attribute, original, replacement, path, scope=scope)
             if scope == SCOPE_KORNIA and not entry.on_module:
                 raise TypeError(f"{path}: scope {SCOPE_KORNIA!r} is for module-level functions")

@@ -70,3 +70,32 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
         return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
     return torch.equal(a, b)
+
+
+def same_signature(first, second) -> bool:
+    """``inspect.signature(first) == inspect.signature(second)``, with tensor defaults compared as
+    tensors: kornia 0.7's ``warp_affine`` defaults ``fill_value`` to a tensor, whose ``==`` is
+    elementwise, so ``Signature.__eq__`` raises on it. ``second`` is the original."""
+    import inspect
+
+    try:
+        b = inspect.signature(second)
+    except (ValueError, TypeError):
+        return True  # torch's builtins (conv2d) carry no Python signature to compare with
+    a = inspect.signature(first)
+    if a.return_annotation != b.return_annotation or list(a.parameters) != list(b.parameters):
+        return False
+    for pa, pb in zip(a.parameters.values(), b.parameters.values()):
+        if (pa.kind, pa.annotation) != (pb.kind, pb.annotation):
+            return False
+        da, db = pa.default, pb.default
+        if isinstance(da, torch.Tensor) or isinstance(db, torch.Tensor):
+            same = da is db or (
+                isinstance(da, torch.Tensor) and isinstance(db, torch.Tensor)
+                and da.dtype == db.dtype and da.shape == db.shape and torch.equal(da, db)
+            )
+            if not same:
+                return False
+        elif da != db:
+            return False
+    return True

@@ -43,7 +43,8 @@ from .. import _environment as environment
 from .._model import Finding, Fix, Target, bug_present, not_needed
 from .filters_conv_hang import cpu_has_avx512_fp16
 
-OPTION = "cpu_half"
+OPTION = "cpu_half"  # the apply() option (and KORNIA_HALFPATCH_CPU_HALF)
+NAME = "networks_cpu_half"  # the fix
 MODES = ("auto", "native", "float32")
 ENV_CPU_HALF = environment.ENV_CPU_HALF
 # What "auto" believes about the CPU: 1 = it has float16 arithmetic, 0 = it has not.
@@ -267,7 +268,7 @@ def describe() -> str:
     mode, why = resolve_mode()
     from .. import _engine
 
-    installed = OPTION in _engine.applied_fixes()
+    installed = NAME in _engine.applied_fixes()
     in_force = "float32" if installed else "native"
     text = f"{in_force} in force"
     if installed or mode == "native":
@@ -446,7 +447,7 @@ def _targets() -> Tuple[Target, ...]:
 
 
 FIX = Fix(
-    name="networks_cpu_half",
+    name=NAME,
     targets=_targets(),
     probe=probe,
     probe_cache=False,
