@@ -424,6 +424,16 @@ def affine_shape_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
     return PatchAffineShapeEstimator(16).to(dtype), _in(dtype, _rand(g, 2, 1, 16, 16))[0]
 
 
+def dominant_orientation_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    """(PatchDominantGradientOrientation(32), a flat patch and a textured one): the flat one has no
+    gradient at all."""
+    from kornia.feature import PatchDominantGradientOrientation
+
+    g = torch.Generator().manual_seed(52)
+    patches = torch.cat([torch.full((1, 1, 32, 32), 0.5), _rand(g, 1, 1, 32, 32)])
+    return PatchDominantGradientOrientation(32), patches.to(dtype)
+
+
 def weighted_homography_points(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     points1, points2 = _homography_points(torch.Generator().manual_seed(51))
     return _in(dtype, points1, points2, torch.ones(1, points1.shape[1]))
@@ -613,6 +623,34 @@ def affine_matrix3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
 def projective_transform_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     """(centre, angles, scales): a quarter turn about z, as kornia's own tests."""
     return _in(dtype, torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[0.0, 0.0, 90.0]]), torch.ones(1, 3))
+
+
+def perspective_transform_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(corners of a 256x192 image, the corners moved by up to 10 px): float16 overflows here.
+    Integers below 256 and 264: exact in both half dtypes."""
+    src = torch.tensor([[[0.0, 0.0], [255.0, 0.0], [255.0, 191.0], [0.0, 191.0]]])
+    dst = torch.tensor([[[4.0, -2.0], [248.0, 4.0], [264.0, 198.0], [-2.0, 182.0]]])
+    return _in(dtype, src, dst)
+
+
+def perspective_transform3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(the 8 corners of a 100x80x50 box, moved by up to 3 px; integers, exact in half)."""
+    src = torch.tensor([[[0.0, 0.0, 0.0], [99.0, 0.0, 0.0], [99.0, 79.0, 0.0], [0.0, 79.0, 0.0],
+                         [0.0, 0.0, 49.0], [99.0, 0.0, 49.0], [99.0, 79.0, 49.0], [0.0, 79.0, 49.0]]])
+    moved = torch.tensor([[[1.0, -2.0, 0.0], [-3.0, 1.0, 2.0], [2.0, 3.0, -1.0], [0.0, -1.0, 3.0],
+                           [-2.0, 2.0, 1.0], [3.0, 0.0, -2.0], [-1.0, -3.0, 0.0], [2.0, 1.0, -3.0]]])
+    return _in(dtype, src, src + moved)
+
+
+def shear_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(centre, sx, sy): values exact in both half dtypes."""
+    return _in(dtype, torch.tensor([[120.5, 87.5]]), torch.tensor([0.375]), torch.tensor([-0.4375]))
+
+
+def shear_matrix3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(centre, sxy, sxz, syx, syz, szx, szy): values exact in both half dtypes."""
+    shears = (0.375, -0.25, 0.125, 0.4375, -0.3125, 0.0625)
+    return _in(dtype, torch.tensor([[60.5, 41.25, 20.75]]), *(torch.tensor([v]) for v in shears))
 
 
 def affine_inverse_call(dtype: torch.dtype) -> Tuple[torch.Tensor]:

@@ -165,6 +165,76 @@ def test_inverse_is_the_float32_inverse_narrowed(name, dtype):
     assert bitwise_equal(replayed, out)
 
 
+def _gradients(make, image, upstream, degrees, seed=31):
+    """Output, image gradient and the learnable degrees' gradient of one seeded call."""
+    image = image.detach().requires_grad_(True)
+    module = make(degrees)
+    torch.manual_seed(seed)
+    out = module(image)
+    (out.float() * upstream).sum().backward()
+    return out, image.grad, getattr(degrees, "grad", None)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("learnable", [False, True], ids=["fixed-range", "learnable-range"])
+@pytest.mark.parametrize("name", ["RandomAffine", "RandomRotation"])
+def test_half_gradients_are_the_float32_gradients_narrowed(name, learnable, dtype):
+    """The image gradient is the float32 backward narrowed once. A learnable half range
+    (``nn.Parameter``) made 0.8.2's RandomAffine draw its parameters in half (an angle of -8.4359
+    degrees became -8.4375, and kornia's own test_backward saw the gradient change sign): the
+    promoted call gives the module float32 copies of its half parameters, so the draws, the output
+    and the image gradient are the float32 run's. RandomRotation's generator casts its draws to
+    its range tensor's dtype itself (held outside the module's parameters): left as the release
+    has it, so only its fixed range is compared."""
+    if name == "RandomRotation" and learnable:
+        pytest.skip("RandomRotation's PlainUniformGenerator casts draws to the range's own dtype")
+    K = _K()
+    make = {"RandomAffine": lambda d: K.RandomAffine(d, translate=(0.1, 0.2), p=1.0),
+            "RandomRotation": lambda d: K.RandomRotation(d, p=1.0)}[name]
+    image = smooth_image(size=16).to(dtype)
+    # Rounded to the half dtype: the gradient a half output can hold, the same for both runs.
+    upstream = torch.randn(image.shape, generator=torch.Generator().manual_seed(3)).to(dtype).float()
+
+    def degrees(parameter_dtype):
+        return torch.nn.Parameter(torch.tensor(20.0, dtype=parameter_dtype)) if learnable else 20.0
+
+    with testing.isolated():
+        with kornia_halfpatch.unpatched(FIX):
+            reference, reference_image_grad, reference_degrees_grad = _gradients(
+                make, image.float(), upstream, degrees(torch.float32))
+        out, image_grad, degrees_grad = _gradients(make, image, upstream, degrees(dtype))
+    assert out.dtype == image_grad.dtype == dtype
+    assert bitwise_equal(out, reference.to(dtype))
+    assert bitwise_equal(image_grad, reference_image_grad.to(dtype))
+    if learnable:
+        # The release built its sampler from the half parameter at construction, so part of the
+        # parameter's gradient reaches it in half: within one half ulp of the float32 gradient.
+        assert degrees_grad.dtype == dtype
+        ulp = torch.finfo(dtype).eps * 2.0 ** torch.floor(torch.log2(reference_degrees_grad.abs()))
+        assert float((degrees_grad.float() - reference_degrees_grad).abs()) <= float(ulp)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_module_moved_to_half_draws_as_float32(dtype):
+    """``AugmentationSequential(...).to(dtype)`` with a learnable range: the container's promoted
+    call gives every child float32 copies of its half parameters; the module keeps its own."""
+    K = _K()
+
+    def make():
+        return K.AugmentationSequential(K.RandomAffine(torch.nn.Parameter(torch.tensor(15.0)), p=1.0),
+                                        K.RandomPerspective(0.3, p=1.0))
+
+    image = smooth_image().to(dtype)
+    with testing.isolated():
+        reference_module = make()
+        with kornia_halfpatch.unpatched(FIX):
+            reference, _ = _seeded(lambda: reference_module(image.float()))
+        module = make().to(dtype)
+        out, _ = _seeded(lambda: module(image))
+    assert bitwise_equal(out, reference.to(dtype))
+    assert all(p.dtype == dtype for p in module.parameters())
+
+
 def _sequential_inputs(dtype):
     image = smooth_image().to(dtype)
     mask = (smooth_image(channels=1, seed=4) > 0.5).to(dtype)

@@ -46,6 +46,7 @@ def api_cases():
         "gftt_response": lambda d: K.feature.gftt_response(*inputs.single_channel_image(d)),
         "CornerGFTT": lambda d: K.feature.CornerGFTT()(*inputs.single_channel_image(d)),
         "PatchAffineShapeEstimator": lambda d: (lambda m, p: m(p))(*inputs.affine_shape_call(d)),
+        "PatchDominantGradientOrientation": lambda d: (lambda m, p: m(p))(*inputs.dominant_orientation_call(d)),
         "depth_to_normals": lambda d: K.geometry.depth.depth_to_normals(*inputs.depth_and_camera(d)),
         "get_tps_transform": lambda d: K.geometry.transform.get_tps_transform(*inputs.tps_points(d)),
         "warp_image_tps": lambda d: K.geometry.transform.warp_image_tps(*inputs.tps_warp_call(d)),
@@ -147,6 +148,7 @@ def test_promoted_functions_are_bitwise_the_release_float32_narrowed():
     for name in ("rgb_to_hls", "rgb_to_hsv", "hsv_to_rgb", "equalize", "ssim", "get_tps_transform",
                  "get_gaussian_discrete_kernel1d tensor sigma", "get_gaussian_discrete_kernel1d dtype",
                  "rgb_to_luv", "rgb_to_lab", "lab_to_rgb", "ssim3d", "histogram", "histogram2d", "make_upright", "ScalePyramid", "MKDDescriptor",
+                 "PatchDominantGradientOrientation",
                  "normalize_homography", "denormalize_homography"):
         case = api_cases()[name]
         with testing.isolated(only=["kornia_dtypes"]):
@@ -166,6 +168,22 @@ def test_gray_pixels_are_nan_unpatched_and_finite_patched():
     with testing.isolated(only=["kornia_dtypes"]):
         assert bool(torch.isfinite(K.color.rgb_to_hls(gray)).all())
         assert bool(torch.isfinite(K.enhance.adjust_hue(gray, 0.2)).all())
+
+
+def test_flat_patch_orientation_is_nan_unpatched_and_the_float32_angle_patched():
+    """A flat float16 patch: sqrt(0 + 1e-10) is 0 in half, the histogram peak 0/0, a NaN angle."""
+    module, patches = inputs.dominant_orientation_call(torch.float16)
+    with testing.isolated(only=()):
+        assert bool(torch.isnan(module(patches)[0]))
+    module, patches = inputs.dominant_orientation_call(torch.float16)
+    with testing.isolated(only=["kornia_dtypes"]):
+        angles = module(patches)
+        # The module's float32 weighting is not rounded by the half call.
+        assert module.weighting.dtype == torch.float32
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = inputs.dominant_orientation_call(torch.float32)[0](patches.float())
+    assert bool(torch.isfinite(angles).all())
+    assert bitwise_equal(angles, reference.to(torch.float16))
 
 
 def test_discrete_gaussian_kernel_is_finite_in_float16():

@@ -9,6 +9,7 @@ import torch
 
 import kornia_halfpatch
 from kornia_halfpatch import probe_inputs as inputs
+from kornia_halfpatch import testing
 from kornia_halfpatch.demos.warp_geometry import error_ratio, warp_test_image, warp_calls
 from kornia_halfpatch.fixes.warp_geometry import FIX as WARP_FIX
 from support import HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal, run_python
@@ -118,6 +119,27 @@ def test_every_row_example_is_the_float32_result_narrowed(dtype):
         assert bitwise_equal(out, expected), target.label
         checked += 1
     assert checked >= 30
+
+
+def test_perspective_transform_of_a_256_px_image_is_nan_unpatched_and_float32_accurate_patched():
+    """0.7-0.8 solve the 8x8 system in float16: products of pixel coordinates (255 * 255 = 65025)
+    reach float16's 65504 and the matrix is NaN. Patched: the float32 solve, narrowed once."""
+    from kornia.geometry import transform
+
+    src, dst = inputs.perspective_transform_call(torch.float16)
+    # Looked up inside each state: a name bound before it would keep the replacement.
+    with testing.isolated(only=()):
+        assert not bool(torch.isfinite(transform.get_perspective_transform(src, dst)).all())
+    with testing.isolated(only=[FIX]):
+        matrix = transform.get_perspective_transform(src, dst)
+        with kornia_halfpatch.unpatched([FIX]):
+            reference = transform.get_perspective_transform(src.float(), dst.float())
+    assert bitwise_equal(matrix, reference.to(torch.float16))
+    # The corners map where they should, to float16's resolution at 256 px (0.125) and a little more.
+    from kornia.geometry import transform_points
+
+    mapped = transform_points(matrix.float(), src.float())
+    assert float((mapped - dst.float()).abs().max()) < 0.25
 
 
 def test_module_forms_go_through_the_promoted_functions():
@@ -292,5 +314,6 @@ def test_every_function_sampling_at_derived_coordinates_is_covered():
     present = {t.candidates[0] for t in WARP_FIX.targets if warp_call_sites.resolve(t.candidates[0]) is not None}
     builders = {f"kornia.geometry.transform.imgwarp:{name}" for name in (
         "warp_grid", "warp_grid3d", "get_rotation_matrix2d", "get_affine_matrix2d", "get_affine_matrix3d",
-        "get_projective_transform", "invert_affine_transform")}
+        "get_projective_transform", "invert_affine_transform", "get_perspective_transform",
+        "get_perspective_transform3d", "get_shear_matrix2d", "get_shear_matrix3d")}
     assert present - set(callers) == builders

@@ -42,6 +42,11 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
+try:  # what torch.func.functional_call runs; a method other than forward (inverse) needs it bare
+    from torch.nn.utils.stateless import _reparametrize_module
+except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
+    _reparametrize_module = None
+
 from .._model import Finding, Fix, Target, bug_present, unsupported
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -183,11 +188,38 @@ def _narrow_matrices(module: torch.nn.Module, dtype: torch.dtype, before: Dict[i
             ]
 
 
+def _float32_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """name -> float32 copy of every half parameter and buffer of the module and its children (a
+    learnable range, ``RandomAffine(nn.Parameter(torch.tensor(10.0).half()))``, or a module moved
+    with ``.half()``). Copied inside the graph, so gradients reach the half parameters, narrowed
+    once by the cast's backward; one copy per tensor, so tied names stay tied."""
+    copies: Dict[int, torch.Tensor] = {}
+    state: Dict[str, torch.Tensor] = {}
+    named = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
+    for name, tensor in named:
+        if tensor.dtype in HALF_DTYPES:
+            if id(tensor) not in copies:
+                copies[id(tensor)] = tensor.float()
+            state[name] = copies[id(tensor)]
+    return state
+
+
+def _release_call(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any]) -> Any:
+    state = _float32_state(module) if _reparametrize_module is not None else None
+    if not state:
+        return original(module, *args, **kwargs)
+    # Half parameters make the generators draw in half: an angle of -8.4359 degrees becomes -8.4375
+    # in float16 and the whole warp moves (one ulp of the output, gradients of the other sign on
+    # kornia 0.8.2's test_backward). The float32 run of the widened image has float32 parameters.
+    with _reparametrize_module(module, state, tie_weights=True, strict=False):
+        return original(module, *args, **kwargs)
+
+
 def _promoted_call(
     original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype
 ) -> Any:
     before = _put_back_float32_matrices(module)
-    output = original(module, *_widen(args), **_widen(kwargs))
+    output = _release_call(original, module, _widen(args), _widen(kwargs))
     _narrow_matrices(module, dtype, before)
     return _narrow(output, _output_reference(data, output), dtype)
 

@@ -97,6 +97,11 @@ ROWS = (
     _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
          "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32",
          "affine_shape_call"),
+    _row("kornia.feature.orientation:PatchDominantGradientOrientation.forward",
+         "on a flat patch the gradient magnitude is sqrt(0 + eps) with eps=1e-10, 0 in half: 0/0 in the "
+         "orientation histogram's peak interpolation, NaN angle in float16 (0 instead of the float32 angle in "
+         "bfloat16); the release also casts its float32 weighting to the patch's dtype in place, so one half "
+         "call rounded the module's state for every later float32 call: in float32", "dominant_orientation_call"),
     # geometry
     _row("kornia.geometry.depth:depth_to_normals",
          "the cross product of neighbouring point differences cancels in half: in float32", "depth_and_camera"),

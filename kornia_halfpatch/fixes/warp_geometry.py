@@ -95,6 +95,19 @@ ROWS = (
     _row(f"{IMGWARP}:get_projective_transform",
          "the 3-D rotation from half angles (cos 90 degrees is 4.8e-4 in bfloat16): in float32, narrowed once",
          "projective_transform_call"),
+    _row(f"{IMGWARP}:get_perspective_transform",
+         "the 8x8 system from half corners: products of pixel coordinates (255 * 255 = 65025) reach float16's "
+         "65504, NaN matrix for a 256 px image in float16; solved in float32, narrowed once (0.9.0: 1.00)",
+         "perspective_transform_call"),
+    _row(f"{IMGWARP}:get_perspective_transform3d",
+         "the 15x15 system from half corners in half: 1.15x the ideal error (0.9.0 the same); in float32",
+         "perspective_transform3d_call"),
+    _row(f"{IMGWARP}:get_shear_matrix2d",
+         "tan of half shears composed with the centre offsets in half: 1.6-1.8x the ideal error (0.9.0 the "
+         "same); in float32, narrowed once", "shear_matrix2d_call"),
+    _row(f"{IMGWARP}:get_shear_matrix3d",
+         "six half shears composed with the centre offsets in half: 3.0-3.2x the ideal error (0.9.0 the "
+         "same); in float32, narrowed once", "shear_matrix3d_call"),
     _row(f"{IMGWARP}:invert_affine_transform", "the 2x2 inverse and -A^-1 t in half: in float32, narrowed once",
          "affine_inverse_call"),
     # built on warp_affine / warp_affine3d
