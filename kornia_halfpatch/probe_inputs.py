@@ -469,6 +469,18 @@ def normal_transform_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return 1, 5, 1e-14, None, dtype
 
 
+def normal_transform3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(depth 1, height 2, width 5, eps, device, dtype): a single-slice volume."""
+    return 1, 2, 5, 1e-14, None, dtype
+
+
+def normalize_homography3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a shift + shear in x and y that keeps the slice, source (1, 4, 5), destination (1, 4, 6))."""
+    homography = torch.tensor([[[1.0, 0.25, 0.0, 1.5], [0.0, 1.0, 0.0, 0.5], [0.0, 0.0, 1.0, 0.0],
+                                [0.0, 0.0, 0.0, 1.0]]])
+    return homography.to(dtype), (1, 4, 5), (1, 4, 6)
+
+
 def histogram_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """(a (1, 1, 16, 16) image, min 0, max 1, 16 bins)."""
     g = torch.Generator().manual_seed(53)
@@ -732,6 +744,14 @@ def homography_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:
 
     patch, H, _ = homography_warp_call(dtype)
     return HomographyWarper(12, 10), patch, H
+
+
+def homography_warper_precompute_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(HomographyWarper(12, 10), the homography): precompute_warp_grid returns None, stores a grid."""
+    from kornia.geometry.transform import HomographyWarper
+
+    _, H, _ = homography_warp_call(dtype)
+    return HomographyWarper(12, 10), H
 
 
 def _depth_camera() -> torch.Tensor:

@@ -214,6 +214,53 @@ def test_normal_transform_pixel_single_row_is_finite_and_maps_the_pixel_like_flo
     assert torch.equal((half[0].float() @ pixel), (reference[0] @ pixel))
 
 
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_normal_transform_pixel3d_single_slice_is_finite_and_maps_the_voxel_like_float32(dtype):
+    """The 3-D matrix is built in the half dtype by the release: 2/eps overflows float16 (kornia's
+    own test_divide_by_zero3d[float16], which 0.9.0 passes). Same rule as in 2-D."""
+    K = _kornia()
+    with testing.isolated(only=()):
+        unpatched = K.geometry.conversions.normal_transform_pixel3d(*inputs.normal_transform3d_call(dtype))
+    with testing.isolated(only=["kornia_dtypes"]):
+        half = K.geometry.conversions.normal_transform_pixel3d(*inputs.normal_transform3d_call(dtype))
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = K.geometry.conversions.normal_transform_pixel3d(*inputs.normal_transform3d_call(torch.float32))
+    if dtype == torch.float16:
+        assert not bool(torch.isfinite(unpatched).all())
+    assert half.dtype == dtype and bool(torch.isfinite(half).all())
+    assert half[0, 2, 2].item() == 1.0  # depth 1
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[2, 2] = False
+    assert bitwise_equal(half[0][mask], reference[0][mask].to(dtype))
+    voxel = torch.tensor([3.0, 1.0, 0.0, 1.0])
+    assert torch.equal(half[0].float() @ voxel, reference[0] @ voxel)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_single_slice_homography3d_normalisation_is_finite_and_maps_the_voxels_like_float32(dtype):
+    K = _kornia()
+    conversions = K.geometry.conversions
+    homography, size_src, size_dst = inputs.normalize_homography3d_call(dtype)
+    with testing.isolated():
+        half = conversions.normalize_homography3d(homography, size_src, size_dst)
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = conversions.normalize_homography3d(homography.float(), size_src, size_dst)
+            unpatched = conversions.normalize_homography3d(homography, size_src, size_dst)
+            to_src = conversions.normal_transform_pixel3d(*size_src)
+    assert half.dtype == dtype and bool(torch.isfinite(half).all())
+    if dtype == torch.float16:
+        assert not bool(torch.isfinite(unpatched).all())
+    # the source voxels (x, y, 0) in normalised coordinates, mapped by both matrices
+    xs, ys = torch.meshgrid(torch.arange(5.0), torch.arange(4.0), indexing="xy")
+    voxels = torch.stack([xs.flatten(), ys.flatten(), torch.zeros(20), torch.ones(20)])
+    points = to_src[0] @ voxels
+    mapped_half = half[0].float() @ points
+    mapped_reference = reference[0] @ points
+    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    torch.testing.assert_close(mapped_half[:3] / mapped_half[3:], mapped_reference[:3] / mapped_reference[3:],
+                               rtol=2 * step, atol=8 * step)
+
+
 # --------------------------------------------------------------------------------------------
 # Allow-lists: bfloat16 accepted; integer input still gets kornia's own error
 

@@ -260,6 +260,63 @@ def build_denormalize_homography(original: Any) -> Any:
     return like(denormalize_homography, original)
 
 
+def build_normal_transform_pixel3d(original: Any) -> Any:
+    def normal_transform_pixel3d(
+        depth: int,
+        height: int,
+        width: int,
+        eps: float = 1e-14,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> torch.Tensor:
+        if dtype is not None and _is_half(dtype):
+            # The release builds this one in the half dtype itself: 1 * 2.0 / 1e-14 overflows
+            # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 has one pixel, coordinate
+            # 0, which maps to -1 under any scale; 0.9.0's scale 1 keeps it finite.
+            matrix = original(depth, height, width, eps, device, torch.float32)
+            if width == 1:
+                matrix[..., 0, 0] = 1.0
+            if height == 1:
+                matrix[..., 1, 1] = 1.0
+            if depth == 1:
+                matrix[..., 2, 2] = 1.0
+            return matrix.to(dtype)
+        return original(depth, height, width, eps, device, dtype)
+
+    return like(normal_transform_pixel3d, original)
+
+
+def build_normalize_homography3d(original: Any) -> Any:
+    normal_transform_pixel3d = original.__globals__["normal_transform_pixel3d"]
+
+    def normalization_in_float32(depth: int, height: int, width: int, device: torch.device) -> torch.Tensor:
+        matrix = normal_transform_pixel3d(depth, height, width, device=device, dtype=torch.float32)
+        if width == 1:
+            matrix[..., 0, 0] = 1.0
+        if height == 1:
+            matrix[..., 1, 1] = 1.0
+        if depth == 1:
+            matrix[..., 2, 2] = 1.0
+        return matrix
+
+    def normalize_homography3d(
+        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int, int], dsize_dst: Tuple[int, int, int]
+    ) -> torch.Tensor:
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            half = dst_pix_trans_src_pix.dtype
+            widened = dst_pix_trans_src_pix.float()
+            if min(dsize_src[0], dsize_src[1], dsize_src[2], dsize_dst[0], dsize_dst[1], dsize_dst[2]) != 1:
+                return original(widened, dsize_src, dsize_dst).to(half)
+            # As normalize_homography: the float32 normalisation of a side of 1 (2e14) cast to
+            # half is Inf in float16; scale 1 on that side, the chain in float32, narrowed once.
+            src = normalization_in_float32(dsize_src[0], dsize_src[1], dsize_src[2], widened.device)
+            dst = normalization_in_float32(dsize_dst[0], dsize_dst[1], dsize_dst[2], widened.device)
+            return (dst @ (widened @ torch.inverse(src))).to(half)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(normalize_homography3d, original)
+
+
 class _HalfResponseView:
     """A MultiResolutionDetector seen with a float32 image: its response model still runs on the
     half image (with the module's half weights), and everything after it in float32."""
@@ -312,6 +369,16 @@ FACTORIES = (
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="as normalize_homography: a side of 1 gives Inf in float16; in float32, narrowed once",
            example=f"{EXAMPLES}:normalize_homography_call"),
+    Target(("kornia.geometry.conversions:normal_transform_pixel3d",), build_normal_transform_pixel3d,
+           ("depth", "height", "width", "eps"), optional=True,
+           reason="built in the half dtype: 1 * 2.0 / eps overflows float16, Inf for a side of 1 (2e14 in "
+                  "bfloat16); the side's scale is 1 (0.9.0's) in half, the rest the float32 matrix narrowed",
+           example=f"{EXAMPLES}:normal_transform3d_call"),
+    Target(("kornia.geometry.conversions:normalize_homography3d",), build_normalize_homography3d,
+           ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
+           reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
+                  "with scale 1 on that side, narrowed once",
+           example=f"{EXAMPLES}:normalize_homography3d_call"),
     Target(("kornia.feature.scale_space_detector:MultiResolutionDetector.detect_features_on_single_level",),
            build_single_level_detection, ("self", "level_img", "num_kp", "factor"), optional=True,
            reason="LAF centres (pixel index x level factor) of a half image round to whole pixels: the response "

@@ -41,7 +41,8 @@ row here wraps it, so it sees float32 and passes through).
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+import weakref
+from typing import Any, Sequence, Tuple
 
 import torch
 
@@ -172,6 +173,29 @@ def build_affine_forward(original: Any) -> Any:
     return like(forward, original)
 
 
+# HomographyWarper -> (the half grid precompute_warp_grid stored on it, the float32 grid it came from)
+_FLOAT32_GRIDS: "weakref.WeakKeyDictionary[Any, Tuple[torch.Tensor, torch.Tensor]]" = weakref.WeakKeyDictionary()
+
+
+def build_precompute_warp_grid(original: Any) -> Any:
+    def precompute_warp_grid(self, src_homo_dst):
+        if not (isinstance(src_homo_dst, torch.Tensor) and _is_half(src_homo_dst)):
+            _FLOAT32_GRIDS.pop(self, None)
+            return original(self, src_homo_dst)
+        # The module's meshgrid is float32; the release transforms it by the half homography and
+        # keeps the grid in half (0.125 px steps near 180 px in float16, 1 px in bfloat16), so the
+        # precomputed path sampled elsewhere than the direct one (0.03 apart in float16, 0.24 in
+        # bfloat16 on kornia's own test). The grid in float32 from the widened homography: stored
+        # narrowed as the release stores it, and kept aside in float32 for forward.
+        original(self, src_homo_dst.float())
+        wide = self._warped_grid
+        self._warped_grid = wide.to(src_homo_dst.dtype)
+        _FLOAT32_GRIDS[self] = (self._warped_grid, wide)
+        return None
+
+    return like(precompute_warp_grid, original)
+
+
 def build_homography_warper_forward(original: Any) -> Any:
     def forward(self, patch_src, src_homo_dst=None):
         if not (isinstance(patch_src, torch.Tensor) and _is_half(patch_src)):
@@ -179,11 +203,12 @@ def build_homography_warper_forward(original: Any) -> Any:
         warper = self
         grid = self._warped_grid
         if src_homo_dst is None and grid is not None and _is_half(grid):
-            # The grid precomputed from a half homography (warp_grid narrows it to the
-            # homography's dtype, as 0.9.0): sampled in float32 at those stored coordinates, on a
-            # shallow copy so that the instance (maybe shared by threads) keeps its grid.
+            # A grid precomputed from a half homography: its float32 original where this shim
+            # computed it, else the stored half coordinates widened; sampled in float32 on a
+            # shallow copy, so that the instance (maybe shared by threads) keeps its grid.
+            kept = _FLOAT32_GRIDS.get(self)
             warper = copy.copy(self)
-            object.__setattr__(warper, "_warped_grid", grid.float())
+            object.__setattr__(warper, "_warped_grid", kept[1] if kept is not None and kept[0] is grid else grid.float())
         homography = src_homo_dst.float() if src_homo_dst is not None and _is_half(src_homo_dst) else src_homo_dst
         return original(warper, patch_src.float(), homography).to(patch_src.dtype)
 
@@ -201,6 +226,11 @@ HAND_WRITTEN = (
            reason=f"{GRID} (the direct path through homography_warp); a grid precomputed from a half homography "
                   "sampled in float32 at its stored coordinates",
            example=f"{EXAMPLES}:homography_warper_call"),
+    Target(("kornia.geometry.transform.homography_warper:HomographyWarper.precompute_warp_grid",),
+           build_precompute_warp_grid, ("self", "src_homo_dst"), optional=True,
+           reason="the grid transformed by a half homography and stored in half: the precomputed path sampled "
+                  "0.03 (float16) / 0.24 (bfloat16) away from the direct one; in float32, kept for forward",
+           example=f"{EXAMPLES}:homography_warper_precompute_call"),
 )
 
 
