@@ -286,8 +286,13 @@ def dtype_condition(variable: str, dtypes: Sequence[str]) -> str:
 
 def _finish(function: Callable[..., Any], source: str, namespace: Dict[str, Any], label: str) -> Callable[..., Any]:
     wrapper = define(source, function.__name__, namespace, label or f"{function.__module__}.{function.__qualname__}")
-    wrapper.__defaults__ = function.__defaults__
-    wrapper.__kwdefaults__ = function.__kwdefaults__
+    # The original's own default objects; a decorated function (functools.wraps over *args,
+    # **kwargs: 0.8.3's jpeg_codec_differentiable) has none of its own, and keeps the defaults its
+    # signature shows, written into the generated source.
+    if function.__defaults__ is not None:
+        wrapper.__defaults__ = function.__defaults__
+    if function.__kwdefaults__ is not None:
+        wrapper.__kwdefaults__ = function.__kwdefaults__
     return wrapper
 
 

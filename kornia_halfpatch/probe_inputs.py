@@ -481,6 +481,38 @@ def normalize_homography3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return homography.to(dtype), (1, 4, 5), (1, 4, 6)
 
 
+def unbatched_quaternion(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """A (4,) unit quaternion, exact in half."""
+    return _in(dtype, torch.tensor([0.5, 0.5, -0.5, 0.5]))
+
+
+def unbatched_rotation_matrix(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """A (3, 3) half turn about x: the trace branch kornia's own test takes."""
+    return _in(dtype, torch.tensor([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]]))
+
+
+def epipolar_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(a 3x3 matrix, two intrinsics with focal length 64): values exact in half."""
+    matrix = torch.tensor([[[0.0, -0.25, 0.5], [0.25, 0.0, -0.75], [-0.5, 0.75, 0.125]]])
+    k1 = torch.tensor([[[64.0, 0.0, 32.0], [0.0, 64.0, 24.0], [0.0, 0.0, 1.0]]])
+    k2 = torch.tensor([[[72.0, 0.0, 30.0], [0.0, 72.0, 26.0], [0.0, 0.0, 1.0]]])
+    return _in(dtype, matrix, k1, k2)
+
+
+def quartic_coefficients(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """(x-1)(x-2)(x-3)(x-4): four real roots."""
+    return _in(dtype, torch.tensor([[1.0, -10.0, 35.0, -50.0, 24.0]]))
+
+
+def soft_argmax_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a 5x5 map with two peaks, 3x3 windows, stride 2, no padding, temperature 0.05, pixel
+    coordinates, values too): kornia's own cold-diagonal case."""
+    heat = torch.zeros(1, 1, 5, 5)
+    heat[0, 0, 1, 1] = 1.0
+    heat[0, 0, 3, 3] = 1.0
+    return _in(dtype, heat) + ((3, 3), (2, 2), (0, 0), 0.05, False, 1e-8, True)
+
+
 def histogram_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """(a (1, 1, 16, 16) image, min 0, max 1, 16 bins)."""
     g = torch.Generator().manual_seed(53)
@@ -903,6 +935,25 @@ def lab_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     g = torch.Generator().manual_seed(67)
     lab = torch.cat([100 * _rand(g, 1, 1, 8, 8), 120 * _rand(g, 1, 2, 8, 8) - 60], dim=1).bfloat16().float()
     return _in(dtype, lab)
+
+
+def otsu_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(OtsuThreshold(), a (1, 1, 10, 10) ramp, 256 bins, slow_and_differentiable=True)."""
+    from kornia.filters.otsu_thresholding import OtsuThreshold
+
+    return (OtsuThreshold(),) + ramp_image(dtype) + (256, True)
+
+
+def blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a (1, 3, 20, 24) image, 5x5 kernel, sigma (1.5, 2.5))."""
+    g = torch.Generator().manual_seed(76)
+    return _in(dtype, _rand(g, 1, 3, 20, 24)) + ((5, 5), (1.5, 2.5))
+
+
+def jpeg_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(a (2, 3, 16, 16) image, qualities 50 and 80)."""
+    g = torch.Generator().manual_seed(77)
+    return _in(dtype, _rand(g, 2, 3, 16, 16), torch.tensor([50.0, 80.0]))
 
 
 def ramp_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:

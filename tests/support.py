@@ -1,5 +1,6 @@
 """Helpers shared by the tests: what the installed kornia is, and where its functions live."""
 
+import inspect
 import importlib
 import subprocess
 import sys
@@ -99,3 +100,11 @@ def same_signature(first, second) -> bool:
         elif da != db:
             return False
     return True
+
+
+def expected_defaults(original):
+    """The ``__defaults__`` a replacement carries: the original's own, or for a decorated original
+    (functools.wraps over *args/**kwargs, no defaults of its own) those its signature shows."""
+    if original.__defaults__ is None and hasattr(original, "__wrapped__"):
+        return inspect.unwrap(original).__defaults__
+    return original.__defaults__

@@ -1,6 +1,7 @@
 """Where things live (issue 15): fix modules hold a table, a probe and maths; demonstrations
 and the subprocess crash runners live in kornia_halfpatch/demos and load only when asked."""
 
+import collections
 import importlib
 import sys
 
@@ -30,3 +31,19 @@ def test_every_demonstration_is_named_and_loads_only_when_asked():
         assert fix.demonstration is not None, fix.name
         assert callable(_model.load(fix.demonstration)), fix.name
     assert "kornia_halfpatch.demos.warp_sampling" in sys.modules
+
+
+def test_no_callable_is_the_target_of_two_fixes():
+    """One target, one fix: two wrappers on one function would chain, make the result depend on the
+    order of apply/revert, and a scripted caller recursed through both (a kornia_dtypes row on
+    torch_ops' fundamental_from_essential exhausted memory in torch.jit.script)."""
+    from kornia_halfpatch import fixes
+
+    owners = collections.defaultdict(list)
+    for fix in fixes.load_fixes():
+        for target in fix.targets:
+            target = target.target() if hasattr(target, "target") else target
+            for candidate in target.candidates:
+                owners[candidate].append(fix.name)
+    shared = {candidate: names for candidate, names in owners.items() if len(names) > 1}
+    assert shared == {}
