@@ -371,3 +371,36 @@ def test_kornia_scoped_torch_inverse_leaves_torch_and_full_precision_alone():
         assert bitwise_equal(torch.jit.script(scoped)(m.half()), scoped(m.half()))
         kornia_halfpatch.revert(["torch_ops"])
         assert planar_tracker.torch is torch
+
+
+def test_fundamental_from_pixel_scale_projections_is_finite_in_float16():
+    """Cameras with a focal length of 500: the float32 F reaches ~1e7, Inf in float16 (kornia's own
+    epipolar tests built their scene this way and got NaN). Patched: the float32 F divided by its
+    largest entry, narrowed (F is defined up to scale; 0.9.0 scales it so); bfloat16, and float16
+    within range, are the release's float32 F narrowed."""
+    from kornia.geometry import epipolar
+
+    K = torch.tensor([[500.0, 0.0, 320.0], [0.0, 500.0, 240.0], [0.0, 0.0, 1.0]])
+    Rt2 = torch.tensor([[1.0, 0.0, 0.125, -1.0], [0.0, 1.0, 0.0, 0.25], [-0.125, 0.0, 1.0, 0.0]])
+    P1 = (K @ torch.cat([torch.eye(3), torch.zeros(3, 1)], 1))[None]
+    P2 = (K @ Rt2)[None]
+    with testing.isolated(only=()):
+        try:
+            unpatched_finite = bool(torch.isfinite(epipolar.fundamental_from_projections(P1.half(), P2.half())).all())
+        except (NotImplementedError, RuntimeError):  # 0.7.0: det has no half CPU kernel
+            unpatched_finite = False
+    with testing.isolated(only=["torch_ops"]):
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            reference = epipolar.fundamental_from_projections(P1.half().float(), P2.half().float())
+            small_reference = epipolar.fundamental_from_projections(*(p.float() for p in inputs.projection_pair(torch.float16)))
+        half = epipolar.fundamental_from_projections(P1.half(), P2.half())
+        bfloat = epipolar.fundamental_from_projections(P1.bfloat16(), P2.bfloat16())
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            bfloat_reference = epipolar.fundamental_from_projections(P1.bfloat16().float(), P2.bfloat16().float())
+        small = epipolar.fundamental_from_projections(*inputs.projection_pair(torch.float16))
+    assert float(reference.abs().max()) > 65504
+    assert not unpatched_finite
+    assert half.dtype == torch.float16 and bool(torch.isfinite(half).all())
+    assert bitwise_equal(half, (reference / reference.abs().amax(dim=(-2, -1), keepdim=True)).half())
+    assert bitwise_equal(bfloat, bfloat_reference.bfloat16())
+    assert bitwise_equal(small, small_reference.half())

@@ -119,9 +119,6 @@ ROWS = (
          "the estimate in float32, narrowed once", "fundamental_points"),
     _row("kornia.geometry.epipolar.fundamental:fundamental_from_essential",
          f"{INVERSE} (0.7.0's K.inverse()): F in float32, narrowed once", "essential_and_intrinsics"),
-    _row("kornia.geometry.epipolar.fundamental:fundamental_from_projections",
-         f"{DET} (0.7.0); 0.7.4-0.8.3's nine 4x4 determinants of products overflow float16: F in float32, narrowed once",
-         "projection_pair"),
     _row("kornia.geometry.epipolar.essential:find_essential",
          "the 5-point solver needs linalg.solve/qr/eigvals/matrix_rank, none with a half CPU kernel "
          "(0.8.3: inside TorchScript): the estimate in float32, narrowed once", "essential_points"),
@@ -171,6 +168,26 @@ def build_similarity_inverse(original: Any) -> Any:
         return original(self)
 
     return like(forward_inverse, original)
+
+
+FLOAT16_MAX = 65504.0
+
+
+def build_fundamental_from_projections(original: Any) -> Any:
+    def fundamental_from_projections(P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
+        if isinstance(P1, torch.Tensor) and (P1.dtype == torch.float16 or P1.dtype == torch.bfloat16):
+            F = original(P1.float(), P2.float())
+            if P1.dtype == torch.float16:
+                # Nine 4x4 determinants of pixel-scale cameras: |F| reaches 5e7 (focal length 500),
+                # Inf once narrowed to float16. F is defined up to scale: a matrix past float16's
+                # range is divided by its largest entry (0.9.0's scale); one within it is the
+                # release's float32 F narrowed.
+                scale = F.abs().amax(dim=(-2, -1), keepdim=True)
+                F = F / torch.where(scale > FLOAT16_MAX, scale, torch.ones_like(scale))
+            return F.to(P1.dtype)
+        return original(P1, P2)
+
+    return like(fundamental_from_projections, original)
 
 
 def build_average_quaternions(original: Any) -> Any:
@@ -274,6 +291,12 @@ TORCH_INVERSE_TARGET = Target(
 )
 
 METHOD_TARGETS = (
+    Target(("kornia.geometry.epipolar.fundamental:fundamental_from_projections",), build_fundamental_from_projections,
+           ("P1", "P2"), optional=True,
+           reason=f"{DET} (0.7.0); 0.7.4-0.8.3's nine 4x4 determinants of products overflow float16: F in float32, "
+                  "narrowed once; a float16 F past 65504 (pixel-scale cameras) divided by its largest entry first "
+                  "(defined up to scale; 0.9.0's scale), so it stays finite (every device: the overflow is the dtype's)",
+           example=f"{EXAMPLES}:projection_pair"),
     Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
            reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
     Target(("kornia.enhance.zca:ZCAWhitening.forward",), build_zca_forward, ("self", "x", "include_fit"),
