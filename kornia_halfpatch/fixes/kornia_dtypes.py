@@ -218,21 +218,16 @@ def build_normal_transform_pixel(original: Any) -> Any:
     ) -> torch.Tensor:
         # `is not None` first: TorchScript compares an Optional[dtype] only after refining it.
         if dtype is not None and _is_half(dtype):
-            matrix = original(height, width, eps, device, torch.float32)
             # A side of 1 divides by eps: 2/eps = 2e14 is Inf in float16 (and meaningless in
             # bfloat16). That side has one pixel, coordinate 0, which maps to -1 under any scale,
             # so the scale of 0.9.0 (1) gives the same normalised coordinate and stays finite.
-            if width == 1:
-                matrix[..., 0, 0] = 1.0
-            if height == 1:
-                matrix[..., 1, 1] = 1.0
-            return matrix.to(dtype)
+            return _pixel_to_normalized_float32(height, width, device).to(dtype)
         return original(height, width, eps, device, dtype)
 
     return like(normal_transform_pixel, original)
 
 
-def _pixel_to_normalized_float32(height: int, width: int, device: torch.device) -> torch.Tensor:
+def _pixel_to_normalized_float32(height: int, width: int, device: Optional[torch.device]) -> torch.Tensor:
     """normal_transform_pixel's float32 arithmetic (the same in 0.7.0-0.8.3: 2.0 / (side - 1)),
     with the half rule for a side of 1: scale 1. A module-level function of torch alone: scripted
     callers compile it by name (a closure over the release's function failed to resolve in a
@@ -245,7 +240,7 @@ def _pixel_to_normalized_float32(height: int, width: int, device: torch.device) 
     return matrix.unsqueeze(0)
 
 
-def _pixel_to_normalized_float32_3d(depth: int, height: int, width: int, device: torch.device) -> torch.Tensor:
+def _pixel_to_normalized_float32_3d(depth: int, height: int, width: int, device: Optional[torch.device]) -> torch.Tensor:
     """normal_transform_pixel3d's float32 arithmetic, scale 1 on a side of 1 (as in 2-D)."""
     matrix = torch.tensor(
         [[1.0, 0.0, 0.0, -1.0], [0.0, 1.0, 0.0, -1.0], [0.0, 0.0, 1.0, -1.0], [0.0, 0.0, 0.0, 1.0]],
@@ -312,14 +307,7 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
             # The release builds this one in the half dtype itself: 1 * 2.0 / 1e-14 overflows
             # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 has one pixel, coordinate
             # 0, which maps to -1 under any scale; 0.9.0's scale 1 keeps it finite.
-            matrix = original(depth, height, width, eps, device, torch.float32)
-            if width == 1:
-                matrix[..., 0, 0] = 1.0
-            if height == 1:
-                matrix[..., 1, 1] = 1.0
-            if depth == 1:
-                matrix[..., 2, 2] = 1.0
-            return matrix.to(dtype)
+            return _pixel_to_normalized_float32_3d(depth, height, width, device).to(dtype)
         return original(depth, height, width, eps, device, dtype)
 
     return like(normal_transform_pixel3d, original)
