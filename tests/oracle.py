@@ -38,6 +38,7 @@ ORACLE_DIR_VARIABLE = "KORNIA_HALFPATCH_ORACLE_DIR"
 ORACLE_REQUIRED_VARIABLE = "KORNIA_HALFPATCH_ORACLE_REQUIRED"
 
 _loaded: Dict[str, dict] = {}
+_unavailable_here: Dict[str, str] = {}
 
 
 def _output_directory() -> Path:
@@ -81,6 +82,8 @@ def kornia090_outputs(name: str) -> dict:
     """Kornia 0.9.0's live outputs of generator ``gen_<name>.py`` (skips if no oracle is available)."""
     if name in _loaded:
         return _loaded[name]
+    if name in _unavailable_here:
+        _unavailable(_unavailable_here[name])
     path = _output_directory() / kernel_conditions.output_name(name)
     if not path.exists():
         python = oracle_python()
@@ -96,10 +99,15 @@ def kornia090_outputs(name: str) -> dict:
         if not path.exists():
             written = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
             theirs = written[0]["conditions"] if written else None
-            pytest.fail(
-                "the oracle computed under other kernel conditions than this test process, so its outputs "
-                f"are not comparable:\n  oracle: {theirs}\n  here:   {kernel_conditions.conditions()}"
+            _unavailable_here[name] = (
+                "the kornia 0.9.0 oracle computes under other kernel conditions than this test process, so its "
+                f"outputs are not comparable:\n  oracle: {theirs}\n  here:   {kernel_conditions.conditions()}"
             )
+    if name in _unavailable_here:
+        # A stack kornia 0.9.0 cannot run on (it needs Python >= 3.11 and torch >= 2.5.1) has no
+        # oracle under its own conditions; tox's environments for such stacks say so by leaving
+        # KORNIA_HALFPATCH_ORACLE_REQUIRED unset, and there the test skips.
+        _unavailable(_unavailable_here[name])
     data = torch.load(path)
     assert data["__conditions__"] == kernel_conditions.conditions(), path
     _loaded[name] = data
