@@ -385,6 +385,7 @@ def _last_started(stdout):
     return started[-1][6:] if started else "before the first case"
 
 
+@pytest.mark.slow
 def test_non_finite_lafs_every_position_forward_backward_subprocess():
     compile_flag = "--compile" if not UPSTREAM_FIXED else ""
     run = run_python("import sys; sys.argv.append(%r)\n" % compile_flag + _NON_FINITE_SCRIPT, timeout=240)
@@ -395,6 +396,7 @@ def test_non_finite_lafs_every_position_forward_backward_subprocess():
     assert "FAILURES []" in run.stdout, [line for line in run.stdout.splitlines() if line.startswith("FAILURES")]
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_unpatched_release_crashes_on_nan_laf_backward_subprocess():
     # The control: the harness above must be able to see a crash. On every release up to
@@ -537,6 +539,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_composes_with_grid_sample_fix_whichever_workaround_subprocess():
     # In a fresh process: switching the grid_sample fix's options re-applies fixes, which would

@@ -73,6 +73,7 @@ print("returned")
 """
 
 
+@pytest.mark.slow
 def test_forced_workaround_returns_with_the_float32_result_narrowed():
     # The call that hangs unpatched on avx512_fp16 CPUs: gaussian_blur2d, kernel 15, 41x61.
     try:
@@ -83,6 +84,7 @@ def test_forced_workaround_returns_with_the_float32_result_narrowed():
     assert "returned" in result.stdout
 
 
+@pytest.mark.slow
 def test_turned_off_leaves_filter2d_alone():
     code = """
 import kornia, kornia_halfpatch
@@ -242,6 +244,7 @@ print("returned")
 """
 
 
+@pytest.mark.slow
 def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
     try:
         result = run_python(MS_SSIM_AND_BLUR_POOL, env={**ENV, filters_conv_hang.ENV_FP16_CONV_HANG: "on"}, timeout=240)
