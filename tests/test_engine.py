@@ -150,6 +150,7 @@ def test_user_module_bound_before_apply_is_reported_stale_and_warned_once():
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_eight_threads_applying_and_reverting_leave_a_consistent_state():
     kornia_halfpatch.revert()

@@ -327,6 +327,7 @@ def test_torch_jit_trace():
         assert bitwise_equal(run(traced, patches, dtype), run(model, patches, dtype)), name
 
 
+@pytest.mark.slow
 def test_torch_compile_fullgraph_no_graph_break():
     # backend="eager" runs the captured graph with eager kernels: it checks that dynamo captures
     # each forward whole (fullgraph raises on a graph break) and that the capture equals eager.

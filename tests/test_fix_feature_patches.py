@@ -266,6 +266,7 @@ def _graph_counter():
     return graphs, backend
 
 
+@pytest.mark.slow
 def test_compile_batches_2_3_5_7_build_at_most_2_graphs_with_one_grid_sample():
     graphs, backend = _graph_counter()
     torch._dynamo.reset()
@@ -282,6 +283,7 @@ def test_compile_batches_2_3_5_7_build_at_most_2_graphs_with_one_grid_sample():
     assert graphs == [1] * len(graphs)
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_pyramid_compiles_fullgraph_one_grid_sample_per_level():
     graphs, backend = _graph_counter()

@@ -152,6 +152,7 @@ def test_conv2d_target_keeps_torch_for_everything_but_hang_prone_float16(conv_re
         assert got.dtype == torch.float16 and bitwise_equal(got, expected), (channels, kh, kw)
 
 
+@pytest.mark.slow
 def test_conv2d_target_scripts_and_compiles_fullgraph(conv_replacement):
     x, w = conv_case(torch.float16, 3, 15, 15, 3)
     eager = conv_replacement(x, w, None, 1, 7, 1, 3)

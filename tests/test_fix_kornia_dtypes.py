@@ -328,6 +328,7 @@ def test_script_holds_for_a_scriptable_row():
 # image's dtype) and the pipelines built on them
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 def test_sift_feature_returns_float32_lafs_half_responses_and_descriptors(dtype, monkeypatch):
     """SIFTFeature (upright: the LAFs are the detector's). 0.7.x detects with ScaleSpaceDetector:
@@ -385,6 +386,7 @@ class _WidenedResponse(torch.nn.Module):
         return self.model(x.to(self.dtype)).float()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 def test_multiresolution_lafs_are_float32_from_the_half_response(dtype):
     """MultiResolutionDetector (KeyNetDetector's base) with a half model: the response in half as
@@ -403,6 +405,7 @@ def test_multiresolution_lafs_are_float32_from_the_half_response(dtype):
         assert (unpatched_lafs.float() - lafs).abs().max().item() >= 1.0  # whole pixels lost unpatched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 def test_keynet_detector_returns_float32_lafs_and_half_responses(dtype):
     """KeyNetDetector (random weights: no download) converted to half: 0.9.0's dtypes."""
@@ -416,6 +419,7 @@ def test_keynet_detector_returns_float32_lafs_and_half_responses(dtype):
     assert bool(torch.isfinite(lafs).all()) and bool(torch.isfinite(responses).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", FULL_DTYPES, ids=str)
 def test_multiresolution_full_precision_is_bitwise_unchanged(dtype):
     module, image, count, factor = inputs.single_level_detection_call(dtype)
@@ -426,6 +430,7 @@ def test_multiresolution_full_precision_is_bitwise_unchanged(dtype):
     assert all(bitwise_equal(a, b) for a, b in zip(patched, unpatched))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 def test_scale_pyramid_returns_every_output_in_the_image_dtype(dtype):
     """0.7-0.8 return float32 sigmas and pixel distances after the first octave; 0.9.0 the image's dtype."""

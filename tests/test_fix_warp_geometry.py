@@ -73,6 +73,7 @@ ACCURACY_CASES = [("warp_affine", s, k) for s in SIZES for k in ("smooth", "nois
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name,size,kind", ACCURACY_CASES)
 def test_patched_error_is_the_ideal_and_unpatched_is_worse(name, size, kind, dtype):
@@ -243,6 +244,7 @@ print("survived")
 # Compilers: TorchScript per row is in tests/test_rows.py; one fullgraph compile here
 
 
+@pytest.mark.slow
 def test_torch_compile_fullgraph_warp_affine():
     from kornia.geometry import transform as T
 
@@ -300,6 +302,7 @@ EXEMPT = {
 }
 
 
+@pytest.mark.slow
 def test_every_function_sampling_at_derived_coordinates_is_covered():
     import warp_call_sites
 
