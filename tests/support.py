@@ -36,6 +36,14 @@ def skip_unless_inductor_has_a_vector_isa() -> None:
         )
 
 
+def inductor_compile(function, **options):
+    """``torch.compile(function, **options)`` with inductor (the default backend), or skip the
+    test where inductor cannot compile (see above). Every test that compiles with inductor goes
+    through here; dynamo-only backends ("eager", "aot_eager") compile no C++ and need not."""
+    skip_unless_inductor_has_a_vector_isa()
+    return torch.compile(function, **options)
+
+
 def grid_module():
     """The module that defines create_meshgrid in the installed release."""
     for name in ("kornia.geometry.grid", "kornia.utils.grid"):

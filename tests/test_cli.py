@@ -3,10 +3,13 @@
 import subprocess
 import sys
 
+import pytest
+
 import kornia_halfpatch
 from support import UPSTREAM_FIXED
 
 
+@pytest.mark.slow
 def test_cli_demonstrates_every_applied_fix_and_exits_zero_when_they_hold():
     result = subprocess.run(
         [sys.executable, "-m", "kornia_halfpatch"], capture_output=True, text=True, timeout=600
@@ -22,6 +25,10 @@ def test_cli_demonstrates_every_applied_fix_and_exits_zero_when_they_hold():
         assert "(holds," in out and "DOES NOT HOLD" not in out
 
 
+@pytest.mark.slow
+@pytest.mark.release_independent
+@pytest.mark.slow
+@pytest.mark.release_independent
 def test_cli_rejects_bad_arguments():
     result = subprocess.run([sys.executable, "-m", "kornia_halfpatch", "--bogus"], capture_output=True, text=True)
     assert result.returncode == 2 and "unrecognized arguments" in result.stderr

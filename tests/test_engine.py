@@ -63,6 +63,7 @@ def test_apply_twice_is_apply_once():
     assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_modules_imported_after_apply_bind_the_fix_and_revert_covers_them():
     code = f"""
@@ -96,6 +97,7 @@ def test_modules_imported_after_apply_bind_the_fix_and_revert_covers_them():
         "apply; import kornia.geometry.transform",
     ],
 )
+@pytest.mark.slow
 def test_every_import_and_apply_order_gives_the_same_patched_kornia(order):
     steps = {
         "apply": "report = kornia_halfpatch.apply()",
@@ -123,6 +125,7 @@ print(json.dumps({{
     assert outcome == {"stale": [], "fixed": True, "status": True}
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_user_module_bound_before_apply_is_reported_stale_and_warned_once():
     code = """
@@ -147,6 +150,7 @@ def test_user_module_bound_before_apply_is_reported_stale_and_warned_once():
     assert result.returncode == 0, result.stdout + result.stderr[-2000:]
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_eight_threads_applying_and_reverting_leave_a_consistent_state():
     kornia_halfpatch.revert()
@@ -237,6 +241,7 @@ def test_former_fix_names_still_name_their_fix(monkeypatch):
         report.fixes["no_such_fix"]
 
 
+@pytest.mark.slow
 def test_environment_variable_turns_the_whole_shim_off():
     code = """
         import kornia, kornia_halfpatch
@@ -303,6 +308,10 @@ def test_status_names_versions_and_every_fix():
     assert str(report).startswith(f"kornia {kornia.__version__}, torch {torch.__version__}")
 
 
+@pytest.mark.slow
+@pytest.mark.release_independent
+@pytest.mark.slow
+@pytest.mark.release_independent
 def test_importing_the_package_imports_neither_torch_nor_kornia():
     result = run_python(
         """

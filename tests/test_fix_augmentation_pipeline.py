@@ -453,6 +453,7 @@ def test_mix_and_policy_augmentations(dtype):
                 assert bitwise_equal(got, expected.to(got.dtype)), type(module).__name__
 
 
+@pytest.mark.slow
 def test_torch_compile_runs_the_promoted_entry_point():
     """The release's augmentations do not compile with fullgraph=True (dynamo: 'hasattr call',
     float32 unpatched too); with graph breaks the compiled half call equals the eager one."""

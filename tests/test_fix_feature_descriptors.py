@@ -26,8 +26,8 @@ from support import (
     UPSTREAM_FIXED,
     bitwise_equal,
     needs_old_kornia,
+    inductor_compile,
     run_python,
-    skip_unless_inductor_has_a_vector_isa,
 )
 
 FIX = "feature_descriptors"
@@ -327,6 +327,7 @@ def test_torch_jit_trace():
         assert bitwise_equal(run(traced, patches, dtype), run(model, patches, dtype)), name
 
 
+@pytest.mark.slow
 def test_torch_compile_fullgraph_no_graph_break():
     # backend="eager" runs the captured graph with eager kernels: it checks that dynamo captures
     # each forward whole (fullgraph raises on a graph break) and that the capture equals eager.
@@ -354,16 +355,16 @@ class _OneConvTrunk(torch.nn.Module):
         return self.conv(x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 def test_torch_compile_inductor_equals_eager(dtype):
-    skip_unless_inductor_has_a_vector_isa()
     model = KF.SOSNet(pretrained=False)
     model.layers = _OneConvTrunk()
     model = model.to(dtype).eval()
     patches = [gen.uniform_patches(2, 4).float(), gen.degenerate_patches(0.0), gen.degenerate_patches(0.5)]
     patches = torch.cat(patches).to(dtype)
     torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True)
+    compiled = inductor_compile(model, fullgraph=True)
     with torch.no_grad():
         got, eager = compiled(patches), model(patches)
     torch._dynamo.reset()
@@ -402,6 +403,7 @@ def test_demonstration_shows_failure_then_finite():
     os.environ.get("KORNIA_HALFPATCH_UPSTREAM_TESTS") is None,
     reason="opt-in (~60 s): set KORNIA_HALFPATCH_UPSTREAM_TESTS to kornia's repository at the installed tag",
 )
+@pytest.mark.slow
 def test_kornia_own_descriptor_tests_pass_in_every_dtype():
     root = Path(os.environ["KORNIA_HALFPATCH_UPSTREAM_TESTS"])
     tests = root / "tests" if (root / "tests").is_dir() else root / "test"  # 0.7.0 calls it test/

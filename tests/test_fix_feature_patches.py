@@ -266,6 +266,7 @@ def _graph_counter():
     return graphs, backend
 
 
+@pytest.mark.slow
 def test_compile_batches_2_3_5_7_build_at_most_2_graphs_with_one_grid_sample():
     graphs, backend = _graph_counter()
     torch._dynamo.reset()
@@ -282,6 +283,7 @@ def test_compile_batches_2_3_5_7_build_at_most_2_graphs_with_one_grid_sample():
     assert graphs == [1] * len(graphs)
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_pyramid_compiles_fullgraph_one_grid_sample_per_level():
     graphs, backend = _graph_counter()
@@ -385,6 +387,7 @@ def _last_started(stdout):
     return started[-1][6:] if started else "before the first case"
 
 
+@pytest.mark.slow
 def test_non_finite_lafs_every_position_forward_backward_subprocess():
     compile_flag = "--compile" if not UPSTREAM_FIXED else ""
     run = run_python("import sys; sys.argv.append(%r)\n" % compile_flag + _NON_FINITE_SCRIPT, timeout=240)
@@ -395,6 +398,7 @@ def test_non_finite_lafs_every_position_forward_backward_subprocess():
     assert "FAILURES []" in run.stdout, [line for line in run.stdout.splitlines() if line.startswith("FAILURES")]
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_unpatched_release_crashes_on_nan_laf_backward_subprocess():
     # The control: the harness above must be able to see a crash. On every release up to
@@ -537,6 +541,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_composes_with_grid_sample_fix_whichever_workaround_subprocess():
     # In a fresh process: switching the grid_sample fix's options re-applies fixes, which would

@@ -73,6 +73,7 @@ print("returned")
 """
 
 
+@pytest.mark.slow
 def test_forced_workaround_returns_with_the_float32_result_narrowed():
     # The call that hangs unpatched on avx512_fp16 CPUs: gaussian_blur2d, kernel 15, 41x61.
     try:
@@ -83,6 +84,7 @@ def test_forced_workaround_returns_with_the_float32_result_narrowed():
     assert "returned" in result.stdout
 
 
+@pytest.mark.slow
 def test_turned_off_leaves_filter2d_alone():
     code = """
 import kornia, kornia_halfpatch
@@ -150,6 +152,7 @@ def test_conv2d_target_keeps_torch_for_everything_but_hang_prone_float16(conv_re
         assert got.dtype == torch.float16 and bitwise_equal(got, expected), (channels, kh, kw)
 
 
+@pytest.mark.slow
 def test_conv2d_target_scripts_and_compiles_fullgraph(conv_replacement):
     x, w = conv_case(torch.float16, 3, 15, 15, 3)
     eager = conv_replacement(x, w, None, 1, 7, 1, 3)
@@ -242,6 +245,7 @@ print("returned")
 """
 
 
+@pytest.mark.slow
 def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
     try:
         result = run_python(MS_SSIM_AND_BLUR_POOL, env={**ENV, filters_conv_hang.ENV_FP16_CONV_HANG: "on"}, timeout=240)

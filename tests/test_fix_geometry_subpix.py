@@ -14,7 +14,7 @@ import torch
 import kornia.geometry.subpix as subpix
 import kornia_halfpatch
 from kornia_halfpatch.fixes import geometry_subpix as fix
-from support import UPSTREAM_FIXED, bitwise_equal, skip_unless_inductor_has_a_vector_isa
+from support import UPSTREAM_FIXED, bitwise_equal, inductor_compile
 
 FIX = "geometry_subpix"
 SOLVER_MODULE = subpix.spatial_soft_argmax
@@ -279,15 +279,15 @@ def test_torch_jit_trace_of_the_refinement_keeps_the_fix():
     assert torch.isfinite(grad).all()
 
 
+@pytest.mark.slow
 @needs_cramer
 def test_torch_compile_fullgraph_finite_backward():
-    skip_unless_inductor_has_a_vector_isa()
     systems = [t.half() for t in random_systems(64, 3, 0.01)]
     with kornia_halfpatch.patched(only=[FIX]):
         solve = SOLVER_MODULE._solve_cramer_sym3x3
         torch._dynamo.reset()
         try:
-            compiled = torch.compile(solve, fullgraph=True)
+            compiled = inductor_compile(solve, fullgraph=True)
             leaves = [t.clone().requires_grad_(True) for t in systems]
             sx, sy, ss, solved = compiled(*leaves)
             (sx.float().sum() + sy.float().sum() + ss.float().sum()).backward()

@@ -343,6 +343,7 @@ def test_torch_jit_script_still_works(float32_mode):
     assert same(got, native)
 
 
+@pytest.mark.slow
 def test_torch_compile_fullgraph_in_float32_mode(float32_mode):
     module = seeded(KF.TFeat(pretrained=False)).eval().half()
     x = patches(2).half()

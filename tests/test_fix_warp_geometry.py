@@ -73,6 +73,7 @@ ACCURACY_CASES = [("warp_affine", s, k) for s in SIZES for k in ("smooth", "nois
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name,size,kind", ACCURACY_CASES)
 def test_patched_error_is_the_ideal_and_unpatched_is_worse(name, size, kind, dtype):
@@ -89,39 +90,21 @@ def test_patched_error_is_the_ideal_and_unpatched_is_worse(name, size, kind, dty
 
 
 # --------------------------------------------------------------------------------------------
-# Every row: the public calls of the table, against the oracle, in both half dtypes
+# Every row is installed where the release has it. Each row's example (and that of Affine.forward
+# and HomographyWarper.forward) against the float32 result narrowed: tests/test_rows.py.
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
-def test_every_row_example_is_the_float32_result_narrowed(dtype):
-    from kornia_halfpatch import _model
-
+def test_every_row_present_in_the_release_is_patched():
     import warp_call_sites
 
-    checked = 0
+    patched = 0
     for target in WARP_FIX.targets:
         function = warp_call_sites.resolve(target.candidates[0])
         if function is None:
             continue  # absent in this release (optional row)
-        factory = _model.load(target.example)
-        args = factory(dtype)
-        # The examples hold values exact in both half dtypes: the float32 example is the widened one
-        # (modules too: Affine holds its parameters in the input's dtype).
-        wide = factory(torch.float32)
-        for a, w in zip(args, wide):
-            if isinstance(a, torch.Tensor):
-                assert torch.equal(a.float(), w.float()), target.label
         assert kornia_halfpatch.is_patched(function), target.label
-        with kornia_halfpatch.unpatched([FIX]):
-            expected = kornia_halfpatch.get_original(function)(*wide)
-        if expected is None:
-            continue  # HomographyWarper.precompute_warp_grid stores state: its own test below
-        expected = expected.to(dtype)
-        out = function(*args)
-        assert out.dtype == dtype, target.label
-        assert bitwise_equal(out, expected), target.label
-        checked += 1
-    assert checked >= 30
+        patched += 1
+    assert patched >= 30  # of 38 rows and 3 methods: older releases lack a few
 
 
 def test_perspective_transform_of_a_256_px_image_is_nan_unpatched_and_float32_accurate_patched():
@@ -235,6 +218,7 @@ def test_half_backward_is_the_float32_backward_narrowed(name, dtype):
     assert bitwise_equal(half_params, wide_params.to(dtype))
 
 
+@pytest.mark.slow
 def test_a_non_finite_matrix_never_kills_the_process():
     code = """
 import torch, kornia, kornia_halfpatch
@@ -260,6 +244,7 @@ print("survived")
 # Compilers: TorchScript per row is in tests/test_rows.py; one fullgraph compile here
 
 
+@pytest.mark.slow
 def test_torch_compile_fullgraph_warp_affine():
     from kornia.geometry import transform as T
 
@@ -317,6 +302,7 @@ EXEMPT = {
 }
 
 
+@pytest.mark.slow
 def test_every_function_sampling_at_derived_coordinates_is_covered():
     import warp_call_sites
 

@@ -663,6 +663,7 @@ def _padded_half_image(size=182, channels=1, dtype=torch.float16):
     return image
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_torch_compile_fullgraph_runs_the_replacement():
     image = _padded_half_image(channels=3)

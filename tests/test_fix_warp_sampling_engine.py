@@ -173,6 +173,7 @@ def test_options_are_kept_by_unpatched_and_restored_by_patched():
     assert kornia_halfpatch.status().probes[NAME].startswith("none:")
 
 
+@pytest.mark.slow
 @needs_old_kornia
 def test_deferred_apply_keeps_its_options():
     code = """

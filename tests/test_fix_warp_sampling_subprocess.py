@@ -14,7 +14,7 @@ import pytest
 
 from support import needs_old_kornia, run_python
 
-pytestmark = needs_old_kornia
+pytestmark = [needs_old_kornia, pytest.mark.slow]  # every test runs an interpreter
 
 ORACLE_MODE = '''
 import inspect, torch, torch.nn.functional as F

@@ -5,9 +5,14 @@ import collections
 import importlib
 import sys
 
+import pytest
+
 from kornia_halfpatch import _model
 from kornia_halfpatch.fixes import FIX_NAMES, load_fixes
 from support import run_python
+
+# Where the package's files live: the same on every kornia release.
+pytestmark = pytest.mark.release_independent
 
 
 def test_fix_modules_hold_no_demonstration_and_no_subprocess():
@@ -17,6 +22,7 @@ def test_fix_modules_hold_no_demonstration_and_no_subprocess():
         assert not hasattr(module, "demonstrate"), name
 
 
+@pytest.mark.slow
 def test_every_demonstration_is_named_and_loads_only_when_asked():
     result = run_python(
         """

@@ -4,6 +4,9 @@ import pytest
 
 from support import needs_old_kornia
 
+# pytester runs pytest in subprocesses; the plugin's hooks are the same on every kornia release.
+pytestmark = [pytest.mark.slow, pytest.mark.release_independent]
+
 # A rootdir conftest that binds create_meshgrid at import time, like kornia's own conftest.py
 # imports kornia: the plugin must have patched before this runs.
 CONFTEST = """

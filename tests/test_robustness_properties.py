@@ -194,6 +194,7 @@ def check_grid(patched, sizes, normalized, device, dtype, default_dtype):
         assert bool(torch.isfinite(got).all())
 
 
+@pytest.mark.slow
 @profile(40)
 @given(
     height=SIZES,
@@ -208,6 +209,7 @@ def test_create_meshgrid(height, width, normalized, device, dtype, default_dtype
     check_grid(patched, (height, width), normalized, torch.device(device), dtype, default_dtype)
 
 
+@pytest.mark.slow
 @profile(30)
 @given(
     depth=st.integers(-1, 5),
@@ -293,12 +295,14 @@ def check_patches(patched, img, laf, PS, normalize):
     assert bitwise_equal(got[~invalid], reference[~invalid].to(img.dtype)), "patches differ from the release's"
 
 
+@pytest.mark.slow
 @profile(40)
 @given(case=laf_cases())
 def test_extract_patches_simple(case):
     check_patches(the_patched(kornia.feature.extract_patches_simple), *case)
 
 
+@pytest.mark.slow
 @profile(40)
 @given(case=laf_cases())
 def test_extract_patches_from_pyramid(case):
@@ -370,6 +374,7 @@ def warp_cases(draw):
     )
 
 
+@pytest.mark.slow
 @profile(50)
 @given(case=warp_cases())
 def test_grid_sample_paths(case):
@@ -442,6 +447,7 @@ def check_descriptor(module, patches, finite, convert_module: bool, widen_float1
         assert bool(torch.isfinite(got).all()), "non-finite half descriptor for a finite patch"
 
 
+@pytest.mark.slow
 @profile(30)
 @given(case=patch_batches(16))
 def test_sift_descriptor(case):
@@ -453,6 +459,7 @@ def hardnet():
     return kornia.feature.HardNet(pretrained=False).eval()
 
 
+@pytest.mark.slow
 @profile(20)
 @given(case=patch_batches(32))
 def test_hardnet(hardnet, case):
@@ -468,6 +475,7 @@ def sosnet():
     return model.eval()
 
 
+@pytest.mark.slow
 @profile(30)
 @given(case=patch_batches(32))
 def test_sosnet(sosnet, case):
@@ -486,6 +494,7 @@ def response_volumes(draw):
     return arrange(filled(draw, shape, dtype, 0.0, scale), draw(st.sampled_from(["contiguous", "transposed", "offset_view"])))
 
 
+@pytest.mark.slow
 @profile(30)
 @given(volume=response_volumes())
 def test_conv_quad_interp3d(volume):

@@ -41,6 +41,9 @@ from robustness_support import (
 from support import needs_old_kornia
 
 STATES_UNDER_TEST = [name for name in STATES if name != "clean"]
+# A fork battery, interpreters and pytester. Per release: each case checks the fixes the release
+# needs against the release's own float32 results.
+pytestmark = pytest.mark.slow
 JOBS = int(os.environ.get("KORNIA_HALFPATCH_BATTERY_JOBS", "2"))
 
 

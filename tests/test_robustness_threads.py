@@ -17,6 +17,7 @@ import threading
 import time
 import warnings
 
+import pytest
 import torch
 
 import kornia
@@ -24,7 +25,9 @@ import kornia.feature
 import kornia_halfpatch
 from support import bitwise_equal, needs_old_kornia
 
-pytestmark = needs_old_kornia
+# Thread stress of the engine's install and uninstall passes (seconds of threads): run in one
+# environment; which kornia functions the threads call does not change what is stressed.
+pytestmark = [needs_old_kornia, pytest.mark.slow, pytest.mark.release_independent]
 
 SECONDS = 3.0
 WORKERS = 8

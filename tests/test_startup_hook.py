@@ -32,6 +32,9 @@ needs_installed_hook = pytest.mark.skipif(
     reason=f"the start-up hook {STARTUP_HOOK} is not installed in {sys.prefix}'s site-packages "
     "(tox installs it; outside tox run `pip install .` or `pip install -e .` in this environment)",
 )
+# Real interpreters, wheels and virtual environments; what they test (the start-up hook, the
+# launcher, packaging) is the same on every kornia release.
+pytestmark = [pytest.mark.slow, pytest.mark.release_independent]
 BROKEN_UNPATCHED = "NotImplementedError"  # "avg_pool3d_out_frame" not implemented for 'Half'
 
 
