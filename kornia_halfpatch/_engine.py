@@ -35,6 +35,7 @@ import functools
 import importlib.abc
 import inspect
 import logging
+import os
 import sys
 import threading
 import types
@@ -877,14 +878,31 @@ def _uninstall(name: str, index: Optional[_BindingIndex] = None) -> None:
 
 Resolved = Tuple[Any, str, Any, str]  # (parent, attribute, original, "module:path")
 
-# Probe findings by (fix, kornia version, originals): apply() runs again after every
-# unpatched() block and patched() scope, and a probe's answer for the same originals does not
-# change within a process. Failures are never cached.
-_findings: Dict[Tuple[int, Optional[str], Tuple[int, ...]], Tuple[Fix, Tuple[Any, ...], Finding]] = {}
+# Probe findings by (fix, kornia version, originals, the fix's apply() options, the shim's
+# environment variables): apply() runs again after every unpatched() block and patched() scope,
+# and a probe's answer for the same originals does not change within a process, unless it reads
+# a setting the user can change at run time (filters_conv_hang's KORNIA_HALFPATCH_FP16_CONV_HANG):
+# every KORNIA_HALFPATCH_* variable and option is part of the key, so a changed setting is
+# probed again. Failures are never cached.
+FindingKey = Tuple[int, Optional[str], Tuple[int, ...], Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]
+_findings: Dict[FindingKey, Tuple[Fix, Tuple[Any, ...], Finding]] = {}
+
+_SETTINGS_PREFIX = "KORNIA_HALFPATCH_"  # every environment variable of the shim and its fixes
 
 
-def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Optional[Resolved]]], Finding]:
-    """Return (resolved targets, finding); resolved is ``None`` unless the fix goes in."""
+def _settings(given: Optional[Dict[str, Any]]) -> Tuple[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]:
+    """What a probe may read besides the originals: the shim's environment variables, and the
+    apply() options given to the fix (by value; options are strings and booleans)."""
+    variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIX)))
+    options = tuple(sorted((k, repr(v)) for k, v in (given or {}).items()))
+    return variables, options
+
+
+def _gate(
+    fix: Fix, kornia_version: Optional[str], given: Optional[Dict[str, Any]] = None
+) -> Tuple[Optional[List[Optional[Resolved]]], Finding]:
+    """Return (resolved targets, finding); resolved is ``None`` unless the fix goes in.
+    ``given``: the apply() options configured into the fix."""
     if kornia_version is None:
         return None, Finding(Verdict.PENDING, "kornia is not installed")
     version = environment.parse_version(kornia_version)
@@ -905,7 +923,7 @@ def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Option
             return None, fix.when_absent()
         return None, Finding(Verdict.ABSENT, f"target absent in kornia {kornia_version}")
     originals = [found[2] if found else None for found in resolved]
-    key = (id(fix), kornia_version, tuple(id(original) for original in originals))
+    key = (id(fix), kornia_version, tuple(id(original) for original in originals), *_settings(given))
     cached = _findings.get(key)
     # The fix and originals are kept with the finding, so their ids cannot be reused meanwhile.
     if fix.probe_cache and cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
@@ -985,7 +1003,7 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
         with probe_state():
             if fix.configure is not None:
                 fix.configure(given)
-            resolved, finding = _gate(fix, kornia_version)
+            resolved, finding = _gate(fix, kornia_version, given)
             status = _status(fix.name, finding)
             status.rows = _row_statuses(fix, resolved, finding)
             replacements = []
