@@ -35,6 +35,7 @@ import functools
 import importlib.abc
 import inspect
 import logging
+import os
 import sys
 import threading
 import types
@@ -422,18 +423,13 @@ def _module_view(module: Any, overrides: Overrides) -> Any:
 _scoped_names_cache: List[Tuple[Tuple[int, ...], Set[str], List[Fix]]] = []
 
 
-def _scoped_attribute_names() -> Set[str]:
+def _registry_scoped_attribute_names(registry: List[Fix]) -> Set[str]:
     """The attribute names of every target that is or may be kornia-scoped, in every fix of the
     registry (installed or not): a module's bytecode is read once for all of them, so a fix
     installed later (or after a revert) never reads it again."""
-    names = {entry.attribute for _, entry in _kornia_scoped_entries()}
-    try:
-        registry = _registry()
-    except Exception:  # noqa: BLE001 - the installed entries alone then
-        return names
     key = tuple(id(fix) for fix in registry)
     if _scoped_names_cache and _scoped_names_cache[0][0] == key:
-        return names | _scoped_names_cache[0][1]
+        return _scoped_names_cache[0][1]
     found: Set[str] = set()
     for fix in registry:
         for target in fix.targets:
@@ -441,7 +437,63 @@ def _scoped_attribute_names() -> Set[str]:
                 for candidate in target.candidates:
                     found.add(candidate.partition(":")[2].split(".")[-1])
     _scoped_names_cache[:] = [(key, found, registry)]  # the fixes kept alive: their ids stay theirs
-    return names | found
+    return found
+
+
+class _Pass:
+    """What one apply() or revert() pass reads for every kornia module and that nothing changes
+    while the pass holds the lock: the attribute names of every target of the registry that may
+    be kornia-scoped, and each module's bytecode routes to them. Installing a kornia-scoped entry
+    refreshes the views of every kornia module (432 in kornia 0.8.2); reading these per module
+    loaded the registry over a thousand times in one apply(), about a quarter of its time."""
+
+    def __init__(self) -> None:
+        self._scoped_names: Optional[Set[str]] = None
+        # id(namespace) -> (namespace, the attributes asked for, their routes)
+        self._routes: Dict[int, Tuple[Dict[str, Any], Set[str], Dict[str, Routes]]] = {}
+
+    def scoped_names(self) -> Set[str]:
+        if self._scoped_names is None:
+            try:
+                self._scoped_names = _registry_scoped_attribute_names(_registry())
+            except Exception:  # noqa: BLE001 - the installed entries alone then
+                self._scoped_names = set()
+        return self._scoped_names
+
+    def routes(self, namespace: Dict[str, Any], entries: List[_Installed]) -> Dict[str, Routes]:
+        """``_routes_by_attribute`` of every scoped attribute name (the registry's and the
+        installed entries')."""
+        attributes = self.scoped_names() | {entry.attribute for entry in entries}
+        cached = self._routes.get(id(namespace))
+        if cached is not None and cached[0] is namespace and cached[1] == attributes:
+            return cached[2]
+        routes = _routes_by_attribute(namespace, attributes)
+        self._routes[id(namespace)] = (namespace, attributes, routes)
+        return routes
+
+
+_passes = threading.local()  # .active: the pass this thread runs, if any
+
+
+@contextlib.contextmanager
+def _pass() -> Iterator[_Pass]:
+    """The pass of an apply() or revert() (the same one for a nested call: the deferred apply()
+    fired by an import that a pass's own resolving triggered)."""
+    active = getattr(_passes, "active", None)
+    if active is not None:
+        yield active
+        return
+    _passes.active = run = _Pass()
+    try:
+        yield run
+    finally:
+        _passes.active = None
+
+
+def _current_pass() -> _Pass:
+    """The pass running in this thread, or a pass for one call (a kornia module imported later)."""
+    active = getattr(_passes, "active", None)
+    return active if active is not None else _Pass()
 
 
 def _rebind_kornia_aliases(
@@ -461,17 +513,20 @@ def _rebind_kornia_aliases(
     return done
 
 
-def _refresh_views(module_name: str, module: Any, namespace: Dict[str, Any]) -> List[Tuple[str, List[_Installed]]]:
+def _refresh_views(
+    module_name: str, module: Any, namespace: Dict[str, Any], scoped: Optional[List[Tuple[str, _Installed]]] = None
+) -> List[Tuple[str, List[_Installed]]]:
     """Make each global of one kornia module through which its code reaches a kornia-scoped
     original (``F.grid_sample``, ``torch.nn.functional.conv2d``: routes read from the bytecode)
     hold the view of the real module with every such replacement installed now, and every global
     no installed entry needs any more hold its real module again. Returns what was (re)bound,
-    each with the entries its view carries."""
-    entries = [entry for _, entry in _kornia_scoped_entries()]
+    each with the entries its view carries. ``scoped``: ``_kornia_scoped_entries()``, if the
+    caller has it."""
+    entries = [entry for _, entry in (_kornia_scoped_entries() if scoped is None else scoped)]
     bindings = _view_bindings.get(id(module), {})
     if not entries and not bindings:
         return []
-    routes = _routes_by_attribute(namespace, _scoped_attribute_names() | {e.attribute for e in entries}) if entries else {}
+    routes = _current_pass().routes(namespace, entries) if entries else {}
     # The real module behind each global (a global holding our view stands for what it replaced).
     real: Dict[str, Any] = {}
     for name, binding in list(bindings.items()):
@@ -526,17 +581,25 @@ def _sync_views(parent: Any, attribute: str, was: Any, now: Any) -> None:
 def _refresh_all_views() -> None:
     """``_refresh_views`` over every kornia module that holds a view, after an entry was removed:
     the views drop its replacement and keep the other fixes' (or give the real module back)."""
+    scoped = _kornia_scoped_entries()
     for bindings in list(_view_bindings.values()):
         module = next(iter(bindings.values())).module
-        _credit(_refresh_views(module.__name__, module, module.__dict__))
-    if not _kornia_scoped_entries():
+        _credit(_refresh_views(module.__name__, module, module.__dict__, scoped), scoped=scoped)
+    if not scoped:
         _view_cache.clear()
 
 
-def _credit(done: List[Tuple[str, List[_Installed]]], installing: Optional[str] = None) -> List[str]:
+def _credit(
+    done: List[Tuple[str, List[_Installed]]],
+    installing: Optional[str] = None,
+    scoped: Optional[List[Tuple[str, _Installed]]] = None,
+) -> List[str]:
     """Record what a refresh rebound in the status of each fix whose entry the view carries;
-    return the lines for the fix being installed (whose status is not registered yet)."""
-    owner = {id(entry): name for name, entry in _kornia_scoped_entries()}
+    return the lines for the fix being installed (whose status is not registered yet).
+    ``scoped``: ``_kornia_scoped_entries()``, if the caller has it."""
+    if not done:
+        return []
+    owner = {id(entry): name for name, entry in (_kornia_scoped_entries() if scoped is None else scoped)}
     lines = []
     for line, entries in done:
         for name in sorted({owner.get(id(entry)) for entry in entries} - {None}):
@@ -816,13 +879,15 @@ def _install(
                 aliases: Dict[int, List[str]] = {}
                 for _, module, name in index.bindings_of(original):
                     aliases.setdefault(id(module), []).append(name)
+                scoped = _kornia_scoped_entries()  # the same for every module of this loop
                 for module_name, module, namespace in _module_items():
                     if _is_kornia_module(module_name):
                         status.rebound.extend(
                             _rebind_kornia_aliases(entry, module_name, module, namespace, aliases.get(id(module), ()))
                         )
                         # One view per module global for every scoped entry installed so far.
-                        status.rebound.extend(_credit(_refresh_views(module_name, module, namespace), installing=fix.name))
+                        done = _refresh_views(module_name, module, namespace, scoped)
+                        status.rebound.extend(_credit(done, installing=fix.name, scoped=scoped))
                 _watch_kornia_imports()
             else:
                 if inspect.isclass(parent):
@@ -877,14 +942,31 @@ def _uninstall(name: str, index: Optional[_BindingIndex] = None) -> None:
 
 Resolved = Tuple[Any, str, Any, str]  # (parent, attribute, original, "module:path")
 
-# Probe findings by (fix, kornia version, originals): apply() runs again after every
-# unpatched() block and patched() scope, and a probe's answer for the same originals does not
-# change within a process. Failures are never cached.
-_findings: Dict[Tuple[int, Optional[str], Tuple[int, ...]], Tuple[Fix, Tuple[Any, ...], Finding]] = {}
+# Probe findings by (fix, kornia version, originals, the fix's apply() options, the shim's
+# environment variables): apply() runs again after every unpatched() block and patched() scope,
+# and a probe's answer for the same originals does not change within a process, unless it reads
+# a setting the user can change at run time (filters_conv_hang's KORNIA_HALFPATCH_FP16_CONV_HANG):
+# every KORNIA_HALFPATCH_* variable and option is part of the key, so a changed setting is
+# probed again. Failures are never cached.
+FindingKey = Tuple[int, Optional[str], Tuple[int, ...], Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]
+_findings: Dict[FindingKey, Tuple[Fix, Tuple[Any, ...], Finding]] = {}
+
+_SETTINGS_PREFIX = "KORNIA_HALFPATCH_"  # every environment variable of the shim and its fixes
 
 
-def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Optional[Resolved]]], Finding]:
-    """Return (resolved targets, finding); resolved is ``None`` unless the fix goes in."""
+def _settings(given: Optional[Dict[str, Any]]) -> Tuple[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]:
+    """What a probe may read besides the originals: the shim's environment variables, and the
+    apply() options given to the fix (by value; options are strings and booleans)."""
+    variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIX)))
+    options = tuple(sorted((k, repr(v)) for k, v in (given or {}).items()))
+    return variables, options
+
+
+def _gate(
+    fix: Fix, kornia_version: Optional[str], given: Optional[Dict[str, Any]] = None
+) -> Tuple[Optional[List[Optional[Resolved]]], Finding]:
+    """Return (resolved targets, finding); resolved is ``None`` unless the fix goes in.
+    ``given``: the apply() options configured into the fix."""
     if kornia_version is None:
         return None, Finding(Verdict.PENDING, "kornia is not installed")
     version = environment.parse_version(kornia_version)
@@ -905,7 +987,7 @@ def _gate(fix: Fix, kornia_version: Optional[str]) -> Tuple[Optional[List[Option
             return None, fix.when_absent()
         return None, Finding(Verdict.ABSENT, f"target absent in kornia {kornia_version}")
     originals = [found[2] if found else None for found in resolved]
-    key = (id(fix), kornia_version, tuple(id(original) for original in originals))
+    key = (id(fix), kornia_version, tuple(id(original) for original in originals), *_settings(given))
     cached = _findings.get(key)
     # The fix and originals are kept with the finding, so their ids cannot be reused meanwhile.
     if fix.probe_cache and cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
@@ -985,7 +1067,7 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
         with probe_state():
             if fix.configure is not None:
                 fix.configure(given)
-            resolved, finding = _gate(fix, kornia_version)
+            resolved, finding = _gate(fix, kornia_version, given)
             status = _status(fix.name, finding)
             status.rows = _row_statuses(fix, resolved, finding)
             replacements = []
@@ -1045,6 +1127,11 @@ def _one_pass() -> Iterator[None]:
 
 
 def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
+    with _pass():
+        _apply_pass(selection, off, options)
+
+
+def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
     kornia_version = environment.kornia_version()
     notes: List[str] = []
     registry = _registry()
@@ -1164,7 +1251,7 @@ def revert(names: Optional[Iterable[str]] = None) -> None:
             if _pending_selection is None:
                 _pending_options.clear()
         index = _BindingIndex(e.replacement for n in chosen for e in _installed.get(n, ()))
-        with _one_pass():
+        with _pass(), _one_pass():
             _revert_all(chosen, index)
 
 

@@ -229,8 +229,9 @@ class Fix:
     validate_options: Optional[Callable[[Dict[str, Any]], None]] = None
     when_absent: Optional[Callable[[], Finding]] = None
     describe: Optional[Callable[[], str]] = None
-    # False for a probe whose answer depends on more than the originals (an apply() option or
-    # an environment variable read at each apply(): cpu_half's mode): the engine asks it every time.
+    # False for a probe whose answer depends on more than the originals, the fix's apply()
+    # options and the KORNIA_HALFPATCH_* environment variables (the cached finding's key): the
+    # engine then asks it at every apply().
     probe_cache: bool = True
 
     def __post_init__(self) -> None:

@@ -28,12 +28,38 @@ def _snapshot() -> Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, F
         return applied, options, dict(_engine._statuses)
 
 
+def _option_groups(
+    applied: Tuple[str, ...], options: Dict[str, Dict[str, Any]]
+) -> List[Tuple[List[str], Dict[str, Any]]]:
+    """The fixes to re-apply as few ``apply()`` calls as give each fix exactly its own options,
+    in registry order: a fix joins the current call unless the options gathered so far would
+    give it an option it was not installed with (or another value), or its options would give
+    an earlier fix of the call one. One call restores everything in the usual case (no two
+    fixes share an option name), instead of an apply() per fix."""
+    declared = {fix.name: set(fix.options) for fix in _engine._registry()}
+    groups: List[Tuple[List[str], Dict[str, Any]]] = []
+    for name in applied:
+        own = options[name]
+        if groups:
+            names, given = groups[-1]
+            merged = {**given, **own}
+            if all(
+                {key: value for key, value in merged.items() if key in declared.get(member, ())} == options[member]
+                for member in names + [name]
+            ):
+                names.append(name)
+                given.update(own)
+                continue
+        groups.append(([name], dict(own)))
+    return groups
+
+
 def _restore(snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]]) -> None:
     applied, options, statuses = snapshot
     with _engine._lock:
         _engine.revert()
-        for name in applied:
-            _engine.apply(only=[name], **options[name])
+        for names, given in _option_groups(applied, options):
+            _engine.apply(only=names, **given)
         # What the earlier apply() found out about the fixes that are not installed (a narrow
         # apply(only=...) above would otherwise record them as "not selected").
         for name, status in statuses.items():

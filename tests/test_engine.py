@@ -536,3 +536,45 @@ def test_a_view_follows_its_module_when_another_fix_patches_the_module_itself(st
     finally:
         kornia_halfpatch.revert(["everywhere"])
         _engine._registry_override.remove(everywhere)
+
+
+def option_fix(name, attribute, options, configured):
+    """A fix on torch.nn.functional.<attribute> (kornia's calls only) taking ``options``; records
+    what configure() was given, by fix."""
+
+    def configure(given):
+        configured.setdefault(name, []).append(dict(given))
+
+    def build(original):
+        def replacement(input: torch.Tensor) -> torch.Tensor:
+            return original(input)
+
+        return replacement
+
+    target = _engine.Target((f"torch.nn.functional:{attribute}",), build, scope=_engine.SCOPE_KORNIA)
+    return _engine.Fix(name=name, targets=(target,), options=options, configure=configure)
+
+
+@needs_old_kornia
+def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_they_allow(monkeypatch):
+    configured = {}
+    fixes = [
+        option_fix("first", "tanhshrink", ("shared",), configured),
+        option_fix("second", "softsign", ("own",), configured),
+        option_fix("third", "hardtanh", ("shared",), configured),
+    ]
+    with testing.use_fixes(fixes):
+        kornia_halfpatch.apply(only=["first"], shared=1)
+        kornia_halfpatch.apply(only=["second"], own=2)
+        kornia_halfpatch.apply(only=["third"], shared=3)  # "shared" differs from first's: another apply()
+        applies = []
+        real_apply = _engine.apply
+        monkeypatch.setattr(_engine, "apply", lambda only=None, **options: applies.append((only, options)) or real_apply(only, **options))
+        configured.clear()
+        with testing.preserved():
+            kornia_halfpatch.revert()
+        assert applies == [(["first", "second"], {"shared": 1, "own": 2}), (["third"], {"shared": 3})]
+        assert configured == {"first": [{"shared": 1}], "second": [{"own": 2}], "third": [{"shared": 3}]}
+        assert {name: _engine._installed_options[name] for name in _engine.applied_fixes()} == {
+            "first": {"shared": 1}, "second": {"own": 2}, "third": {"shared": 3}
+        }

@@ -38,7 +38,32 @@ def test_the_workaround_is_chosen_by_cpu_capability_or_forced(monkeypatch, value
         assert "bogus" in finding.reason
 
 
+def test_the_verdict_follows_the_variable_set_at_run_time_on_a_cpu_without_avx512_fp16(monkeypatch):
+    # An earlier apply() in this process (the plugin's, or this test's first step) must not decide
+    # for a later one: the probe reads the variable, so its cached finding depends on it.
+    from kornia_halfpatch import testing
+
+    monkeypatch.setenv(filters_conv_hang.ENV_AVX512_FP16, "0")
+    monkeypatch.delenv(filters_conv_hang.ENV_FP16_CONV_HANG, raising=False)
+    with testing.isolated(only=["filters_conv_hang"]) as report:
+        status = report.fixes["filters_conv_hang"]
+        assert status.verdict is Verdict.NOT_NEEDED and "does not report avx512_fp16" in status.reason, status
+    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, "on")
+    with testing.isolated(only=["filters_conv_hang"]) as report:
+        assert report.fixes["filters_conv_hang"].applied, report.fixes["filters_conv_hang"]
+    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, "off")
+    with testing.isolated(only=["filters_conv_hang"]) as report:
+        assert report.fixes["filters_conv_hang"].verdict is Verdict.NOT_NEEDED
+
+
+@pytest.mark.parametrize("value, reported", [("1", True), ("on", True), ("0", False), ("no", False)])
+def test_the_cpu_capability_override_replaces_what_the_cpu_reports(monkeypatch, value, reported):
+    monkeypatch.setenv(filters_conv_hang.ENV_AVX512_FP16, value)
+    assert filters_conv_hang.cpu_has_avx512_fp16() is reported
+
+
 def test_capability_is_read_from_torch_and_missing_means_no_flag(monkeypatch):
+    monkeypatch.delenv(filters_conv_hang.ENV_AVX512_FP16, raising=False)
     expected = bool(getattr(torch.cpu, "get_capabilities", lambda: {})().get("avx512_fp16", False))
     assert filters_conv_hang.cpu_has_avx512_fp16() is expected
     monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)

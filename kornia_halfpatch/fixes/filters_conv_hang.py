@@ -23,7 +23,8 @@ more outputs and a side >= 15 runs in float32, narrowed once; every other call i
 
 Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]`` (torch 2.13; an older
 torch without it counts as "no flag"). ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the
-choice (default ``auto``), so the workaround can be exercised on any CPU.
+choice (default ``auto``), so the workaround can be exercised on any CPU;
+``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides what the CPU reports (for tests).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from torch._jit_internal import BroadcastingList2
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
 
 ENV_FP16_CONV_HANG = "KORNIA_HALFPATCH_FP16_CONV_HANG"
+ENV_AVX512_FP16 = "KORNIA_HALFPATCH_CPU_AVX512_FP16"
 MODES = ("auto", "on", "off")
 # The smallest kernel side measured to hang (1x15); every side from here up takes float32.
 HANG_KERNEL_SIDE = 15
@@ -51,6 +53,13 @@ def large_kernel(kernel: torch.Tensor) -> bool:
 
 
 def cpu_has_avx512_fp16() -> bool:
+    """Whether the CPU reports avx512_fp16; ``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides
+    what it reports (for tests: a CPU without the flag, or with it, on any machine)."""
+    raw = os.environ.get(ENV_AVX512_FP16, "").strip().lower()
+    if raw in ("1", "yes", "true", "on"):
+        return True
+    if raw in ("0", "no", "false", "off"):
+        return False
     capabilities = getattr(torch.cpu, "get_capabilities", None)
     if capabilities is None:
         return False

@@ -1,0 +1,116 @@
+"""What the shim costs a program and a test run: ``import kornia``, the first ``apply()`` after it,
+and one ``testing.isolated(only=[name])`` cycle (the pytest plugin's fixtures run one per test).
+
+    python benchmarks/bench_apply.py [--processes 3] [--cycles 5]
+
+Targets on kornia 0.8.2: the first ``apply()`` at most 5% of ``import kornia`` in a fresh
+process (torch's import included; kornia's own share is printed too), an isolated cycle at most
+20 ms with every fix applied before.
+Each process is a fresh interpreter (``import`` and the probes run once per process); the
+figures are medians over the processes (import and apply) and over every cycle of every process.
+The process's CPU time is printed beside the wall time: on a shared machine it is the steadier one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Worker, serve  # noqa: E402
+
+
+def worker(cycles: int) -> None:
+    warnings.simplefilter("ignore")
+    started = time.perf_counter()
+    import torch
+
+    torch_imported = time.perf_counter()
+    import kornia
+
+    kornia_imported = time.perf_counter()
+    import kornia_halfpatch
+    from kornia_halfpatch import testing
+
+    cpu_started = time.process_time()
+    report = kornia_halfpatch.apply()
+    applied = time.perf_counter()
+    apply_cpu = time.process_time() - cpu_started
+    failed = [f"{name}: {fix.reason}" for name, fix in report.fixes.items() if fix.verdict.name == "FAILED"]
+    names = [name for name, fix in report.fixes.items() if fix.applied]
+    cycle_ms: Dict[str, List[float]] = {}
+    cycle_cpu_ms: List[float] = []
+    for _ in range(cycles):
+        for name in names:
+            begun, cpu_begun = time.perf_counter(), time.process_time()
+            with testing.isolated(only=[name]):
+                pass
+            cycle_ms.setdefault(name, []).append(1000 * (time.perf_counter() - begun))
+            cycle_cpu_ms.append(1000 * (time.process_time() - cpu_begun))
+    if set(kornia_halfpatch.applied_fixes()) != set(names):
+        failed.append(f"isolated() did not restore the applied fixes: {kornia_halfpatch.applied_fixes()} != {names}")
+    serve(
+        {
+            "kornia": kornia.__version__,
+            "torch": torch.__version__,
+            "import_torch": torch_imported - started,
+            "import_kornia": kornia_imported - torch_imported,
+            "apply": applied - kornia_imported,
+            "apply_cpu": apply_cpu,
+            "cycle_ms": cycle_ms,
+            "cycle_cpu_ms": cycle_cpu_ms,
+            "failed": failed,
+        },
+        lambda request: {},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.cycles)
+        return
+
+    runs: List[Dict[str, Any]] = []
+    for _ in range(args.processes):
+        process = Worker(__file__, sys.executable, 1, "--cycles", str(args.cycles))
+        runs.append(process.info)
+        process.close()
+        if process.info["failed"]:
+            raise SystemExit(f"a fix failed: {process.info['failed']}")
+    first = runs[0]
+    import_kornia = statistics.median(run["import_kornia"] for run in runs)
+    import_torch = statistics.median(run["import_torch"] for run in runs)
+    apply = statistics.median(run["apply"] for run in runs)
+    by_name: Dict[str, List[float]] = {}
+    for run in runs:
+        for name, times in run["cycle_ms"].items():
+            by_name.setdefault(name, []).extend(times)
+    every_cycle = [ms for times in by_name.values() for ms in times]
+    print(f"kornia {first['kornia']}, torch {first['torch']}; {args.processes} fresh processes")
+    whole = import_torch + import_kornia
+    print(f"import kornia               {1000 * whole:8.1f} ms  (torch {1000 * import_torch:.1f} + kornia's own {1000 * import_kornia:.1f})")
+    apply_cpu = statistics.median(run["apply_cpu"] for run in runs)
+    print(f"first apply()               {1000 * apply:8.1f} ms  (CPU time {1000 * apply_cpu:.1f} ms)")
+    print(f"apply / import kornia       {100 * apply / whole:8.1f} %   (target <= 5 %)")
+    print(f"apply / kornia's own import {100 * apply / import_kornia:8.1f} %")
+    print(f"isolated(only=[name]) cycle {statistics.median(every_cycle):8.1f} ms median (target <= 20 ms), "
+          f"{max(every_cycle):.1f} ms max, {len(every_cycle)} cycles; CPU time "
+          f"{statistics.median(ms for run in runs for ms in run['cycle_cpu_ms']):.1f} ms median")
+    for name, times in by_name.items():
+        print(f"    {name:<24} {statistics.median(times):7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
