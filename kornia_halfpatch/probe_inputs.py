@@ -959,3 +959,8 @@ def jpeg_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
 def ramp_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     """A (1, 1, 10, 10) ramp over [0, 1] (otsu_threshold's histogram)."""
     return _in(dtype, torch.linspace(0, 1, 100).view(1, 1, 10, 10).bfloat16().float())
+
+
+def median_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (2, 3, 8, 8) image and a 3x3 window."""
+    return gray_patch_image(dtype) + ((3, 3),)

@@ -464,6 +464,17 @@ KERNEL_TARGETS = (
                condition="other.dtype == input.dtype"),
 )
 
+# Kornia functions that reach an op without a half kernel as a Tensor method (no module view
+# reaches ``x.cumsum()``): promoted whole, for the dtypes that lack the kernel.
+METHOD_KERNEL_ROWS = (
+    _row("kornia.enhance.integral:integral_tensor",
+         "Tensor.cumsum has no float16 CPU kernel in older torch (cumsum_out_cpu): the running sums in float32, "
+         "narrowed once", "gray_patch_image", kernels=("cumsum",)),
+    _row("kornia.filters.median:median_blur",
+         "median has no float16 CPU kernel in older torch (median_out): the median of the widened window (a copy: "
+         "bitwise the half median)", "median_blur_call", kernels=("median",)),
+)
+
 INTERPOLATE_ROW = PromoteForKornia(
     "torch.nn.functional:interpolate",
     "interpolate (compute_indices_weights_linear/cubic, adaptive_avg_pool2d: KeyNet, SIFTFeature, resize, "
@@ -474,7 +485,7 @@ INTERPOLATE_ROW = PromoteForKornia(
 
 FIX = Fix(
     name="torch_ops",
-    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,),
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,) + METHOD_KERNEL_ROWS,
     probe=probe,
     demonstration="kornia_halfpatch.demos.torch_ops:demonstrate",
 )
