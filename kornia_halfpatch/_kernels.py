@@ -86,6 +86,8 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     "conv2d_depthwise": lambda d: F.conv2d(_image(d).expand(1, 2, 3, 3), torch.ones(2, 1, 2, 2, dtype=d), groups=2),
     "conv2d": lambda d: F.conv2d(_image(d), torch.ones(1, 1, 2, 2, dtype=d)),
     "conv2d_strided": lambda d: F.conv2d(_image(d), torch.ones(1, 1, 2, 2, dtype=d), stride=2),
+    "max_pool2d": lambda d: F.max_pool2d(_image(d), 2),
+    "max_pool3d": lambda d: F.max_pool3d(_image(d, 5), 2),
     "conv3d": lambda d: F.conv3d(_image(d, 5), torch.ones(1, 1, 2, 2, 2, dtype=d)),
     # interpolation modes
     "upsample_nearest2d": _resize("nearest"),

@@ -114,6 +114,7 @@ def kernel_gate(kernels: Tuple[str, ...], half: Tuple[str, ...] = ("float16", "b
         needed, reason = describe(kernels, half)
         return Finding(Verdict.APPLIED if needed else Verdict.NOT_NEEDED, reason)
 
+    gate.kernels = kernels  # type: ignore[attr-defined]  # what the gate asks about, for reports and tests
     return gate
 
 

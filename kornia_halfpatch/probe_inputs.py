@@ -964,3 +964,14 @@ def ramp_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
 def median_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """A (2, 3, 8, 8) image and a 3x3 window."""
     return gray_patch_image(dtype) + ((3, 3),)
+
+
+def max_blur_pool_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (2, 3, 8, 8) image, a 3x3 Pascal kernel per channel, stride 2, max-pool size 2, no ceil."""
+    kernel = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
+    return gray_patch_image(dtype) + (kernel.to(dtype).repeat(3, 1, 1, 1), 2, 2, False)
+
+
+def edge_aware_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (2, 3, 8, 8) image and a 3x3 pooling kernel."""
+    return gray_patch_image(dtype) + (3,)

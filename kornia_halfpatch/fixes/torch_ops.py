@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
-from torch._jit_internal import BroadcastingList2
+from torch._jit_internal import BroadcastingList2, BroadcastingList3
 
 from .._model import (
     SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, kernel_gate, not_needed,
@@ -339,8 +339,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 
 def _kernels_of(target: Target) -> Tuple[str, ...]:
-    # A Promote row's kernels, or a ScopedOp's (its build is the bound method of its spec).
-    return getattr(target.row, "kernels", ()) or getattr(getattr(target.build, "__self__", None), "kernels", ())
+    return getattr(target.gate, "kernels", ())
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,7 +383,8 @@ class ScopedOp:
         dtypes = lacking(self.kernels)
         name = self.path.split(":")[-1]
         namespace = {"torch": torch, "Optional": Optional, "List": List, "Tuple": Tuple,
-                     "BroadcastingList2": BroadcastingList2, "_halfpatch_original": original, "_w": _widen_tensor,
+                     "BroadcastingList2": BroadcastingList2,
+                     "BroadcastingList3": BroadcastingList3, "_halfpatch_original": original, "_w": _widen_tensor,
                      "_topk_result": _topk_result}
         taken = dtype_condition(self.trigger, dtypes) if dtypes else "False"
         source = (
@@ -397,6 +397,7 @@ class ScopedOp:
         )
         replacement = define(source, name, namespace, f"torch_ops {self.path}")
         replacement.__doc__ = getattr(original, "__doc__", None)
+        replacement.__module__ = __name__  # the engine gives it the original's identity when installing
         return replacement
 
     def target(self) -> Target:
@@ -428,6 +429,10 @@ CONV2D_PARAMETERS = ("input: torch.Tensor, weight: torch.Tensor, bias: Optional[
                      "stride: BroadcastingList2[int] = 1, padding: BroadcastingList2[int] = 0, "
                      "dilation: BroadcastingList2[int] = 1, groups: int = 1")
 
+CONV3D_PARAMETERS = ("input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, "
+                     "stride: BroadcastingList3[int] = 1, padding: BroadcastingList3[int] = 0, "
+                     "dilation: BroadcastingList3[int] = 1, groups: int = 1")
+
 KERNEL_TARGETS = (
     _kernel_op("torch.nn.functional:pad", PAD_KERNELS,
                "input: torch.Tensor, pad: List[int], mode: str = 'constant', value: Optional[float] = None", TENSOR,
@@ -440,6 +445,11 @@ KERNEL_TARGETS = (
                "input.float(), _w(weight), None if bias is None else _w(bias), stride, padding, dilation, groups",
                "conv2d (slow_conv2d_cpu: filter2d, sharpness, blur_pool2d) has no float16 CPU kernel in older torch: "
                "the float32 convolution, narrowed once"),
+    _kernel_op("torch.nn.functional:conv3d", ("conv3d",), CONV3D_PARAMETERS, TENSOR,
+               "input, weight, bias, stride, padding, dilation, groups",
+               "input.float(), _w(weight), None if bias is None else _w(bias), stride, padding, dilation, groups",
+               "conv3d (compute_columns3d: filter3d, motion_blur3d, spatial_gradient3d) has no float16 CPU kernel in "
+               "older torch: the float32 convolution, narrowed once"),
     _kernel_op("torch:atan2", ("atan2",), "input: torch.Tensor, other: torch.Tensor", TENSOR,
                "input, other", "input.float(), other.float()",
                "atan2 (LAF orientation, SIFT/orientation histograms) has no float16 CPU kernel in older torch: "
@@ -473,6 +483,30 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.filters.median:median_blur",
          "median has no float16 CPU kernel in older torch (median_out): the median of the widened window (a copy: "
          "bitwise the half median)", "median_blur_call", kernels=("median",)),
+    _row("kornia.filters.blur_pool:_max_blur_pool_by_kernel2d",
+         "max_pool2d has no float16 CPU kernel in older torch: max_blur_pool2d's blur and pooling in float32, "
+         "narrowed once", "max_blur_pool_call", kernels=("max_pool2d",)),
+    _row("kornia.filters.blur_pool:edge_aware_blur_pool2d",
+         "max_pool3d (the edge mask's dilation) has no float16 CPU kernel in older torch: the edge-aware blur in "
+         "float32, narrowed once", "edge_aware_blur_call", kernels=("max_pool3d",)),
+)
+
+
+def build_hanning_kernel2d(original: Any) -> Any:
+    def get_hanning_kernel2d(kernel_size: Any, device: Any = None, dtype: Any = None) -> torch.Tensor:
+        if dtype in (torch.float16, torch.bfloat16) and torch.device(device or "cpu").type == "cpu":
+            # The outer product ky @ kx (mm) in float32, narrowed once.
+            return original(kernel_size, device, torch.float32).to(dtype)
+        return original(kernel_size, device, dtype)
+
+    return like(get_hanning_kernel2d, original)
+
+
+HANNING_TARGET = Target(
+    ("kornia.filters.kernels:get_hanning_kernel2d",), build_hanning_kernel2d, ("kernel_size", "device", "dtype"),
+    optional=True, gate=kernel_gate(("mm",)),
+    reason="mm (addmm_impl_cpu_) has no float16 CPU kernel in older torch: the 2-D Hanning kernel's outer product in "
+    "float32, narrowed once",
 )
 
 INTERPOLATE_ROW = PromoteForKornia(
@@ -485,7 +519,7 @@ INTERPOLATE_ROW = PromoteForKornia(
 
 FIX = Fix(
     name="torch_ops",
-    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,) + METHOD_KERNEL_ROWS,
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,) + METHOD_KERNEL_ROWS + (HANNING_TARGET,),
     probe=probe,
     demonstration="kornia_halfpatch.demos.torch_ops:demonstrate",
 )
