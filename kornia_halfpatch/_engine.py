@@ -438,6 +438,8 @@ def _scoped_attribute_names() -> Set[str]:
     for fix in registry:
         for target in fix.targets:
             if callable(target.scope) or target.scope == SCOPE_KORNIA:
+                if target.gate is not None and not target.gate().needed:
+                    continue  # never installed on this torch (its answer is kept for the process)
                 for candidate in target.candidates:
                     found.add(candidate.partition(":")[2].split(".")[-1])
     _scoped_names_cache[:] = [(key, found, registry)]  # the fixes kept alive: their ids stay theirs

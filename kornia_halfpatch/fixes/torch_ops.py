@@ -354,7 +354,7 @@ def _kernels_of(target: Target) -> Tuple[str, ...]:
 
 PAD_KERNELS = ("replication_pad1d", "replication_pad2d", "replication_pad3d",
                "reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
-CONV2D_KERNELS = ("conv2d", "conv2d_depthwise", "conv2d_strided")
+CONV2D_KERNELS = ("conv2d",)
 INTERPOLATE_KERNELS = ("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
                        "adaptive_avg_pool2d")
 
