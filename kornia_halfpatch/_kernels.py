@@ -77,6 +77,8 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     # elementwise, scans, selection, batched products
     "atan2": lambda d: torch.atan2(_points(d), _points(d) + 1),
     "cumsum": lambda d: torch.cumsum(_points(d), 1),
+    "eye": lambda d: torch.eye(2, dtype=d),
+    "softmax": lambda d: F.softmax(_points(d), dim=-1),
     "median": lambda d: torch.median(_image(d), dim=-1),
     "topk": lambda d: torch.topk(_points(d, 6), 2, dim=1),
     "bmm": lambda d: torch.bmm(_matrix(d)[None], _matrix(d)[None]),

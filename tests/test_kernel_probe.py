@@ -51,6 +51,8 @@ REAL_CALLS = {
     "atan2": lambda d: torch.atan2(_image(d), _image(d) - 0.5),
     "cumsum": lambda d: _image(d).cumsum(2),
     "median": lambda d: _image(d).median(dim=1),
+    "eye": lambda d: torch.eye(4, 3, dtype=d),
+    "softmax": lambda d: torch.softmax(_image(d), dim=1),
     "topk": lambda d: _image(d, (5, 40)).topk(3, dim=1, largest=False),
     "bmm": lambda d: _image(d, (4, 3, 5)) @ _image(d, (4, 5, 2)),
     "mm": lambda d: _image(d, (7, 5)) @ _image(d, (5, 3)),
@@ -181,6 +183,9 @@ OP_CALLS = {
                     lambda d: torch.topk(_image(d, (6, 30)), 2, dim=1, largest=False))],
     "torch:bmm": [(lambda op, d: op(_image(d, (4, 3, 5)), _image(d, (4, 5, 3))), lambda d: torch.bmm(_image(d, (4, 3, 5)), _image(d, (4, 5, 3))))],
     "torch:matmul": [(lambda op, d: op(_image(d, (4, 3, 5)), _image(d, (5, 2))), lambda d: torch.matmul(_image(d, (4, 3, 5)), _image(d, (5, 2))))],
+    "torch.nn.functional:softmax": [(lambda op, d: op(_image(d), dim=-1), lambda d: F.softmax(_image(d), dim=-1))],
+    "torch:eye": [(lambda op, d: op(3, dtype=d), lambda d: torch.eye(3, dtype=d)),
+                  (lambda op, d: op(2, 4, dtype=d), lambda d: torch.eye(2, 4, dtype=d))],
     "torch.nn.functional:interpolate": [
         (lambda op, d: op(_image(d), size=(9, 31), mode="bilinear", align_corners=False),
          lambda d: F.interpolate(_image(d), size=(9, 31), mode="bilinear", align_corners=False)),
@@ -203,7 +208,8 @@ def _replacement(path):
 
 
 def test_every_kernel_op_is_exercised():
-    scoped = {t.candidates[0] for t in torch_ops.KERNEL_TARGETS} | {torch_ops.INTERPOLATE_ROW.candidates}
+    scoped = {t.candidates[0] for t in torch_ops.KERNEL_TARGETS} | {torch_ops.INTERPOLATE_ROW.candidates,
+                                                                   torch_ops.SOFTMAX_ROW.candidates, "torch:eye"}
     assert scoped == set(OP_CALLS)
 
 

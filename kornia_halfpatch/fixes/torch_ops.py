@@ -483,6 +483,21 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.filters.median:median_blur",
          "median has no float16 CPU kernel in older torch (median_out): the median of the widened window (a copy: "
          "bitwise the half median)", "median_blur_call", kernels=("median",)),
+    _row("kornia.geometry.conversions:euler_from_quaternion",
+         "Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu: So3/Se3 to Euler angles): the angles in "
+         "float32, narrowed once", "quaternion_components", kernels=("atan2",)),
+    _row("kornia.geometry.conversions:normalize_homography",
+         "the 3x3 products (@: bmm) have no float16 CPU kernel in older torch: the normalised homography in "
+         "float32, narrowed once", "homography_normalization_call", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.fundamental:compute_correspond_epilines",
+         "F @ points (bmm) has no float16 CPU kernel in older torch: the epipolar lines in float32, narrowed once",
+         "epiline_call", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.essential:relative_camera_motion",
+         "R2 @ R1^T (bmm) has no float16 CPU kernel in older torch: the relative motion in float32, narrowed once",
+         "two_camera_poses", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.projection:projection_from_KRt",
+         "K @ [R|t] (bmm) has no float16 CPU kernel in older torch (motion_from_essential_choose_solution calls it): "
+         "the projection in float32, narrowed once", "camera_krt", kernels=("bmm", "mm")),
     _row("kornia.filters.blur_pool:_max_blur_pool_by_kernel2d",
          "max_pool2d has no float16 CPU kernel in older torch: max_blur_pool2d's blur and pooling in float32, "
          "narrowed once", "max_blur_pool_call", kernels=("max_pool2d",)),
@@ -502,6 +517,42 @@ def build_hanning_kernel2d(original: Any) -> Any:
     return like(get_hanning_kernel2d, original)
 
 
+def softmax_in_input_dtype(dtype: Optional[torch.dtype]) -> bool:
+    """softmax computes in its input's dtype (no ``dtype=`` given): only then can a half call
+    lack the kernel; with ``dtype=`` torch casts first."""
+    return dtype is None
+
+
+SOFTMAX_ROW = PromoteForKornia(
+    "torch.nn.functional:softmax",
+    "softmax (softmax_lastdim_kernel_impl: spatial_softmax2d, DSNT, soft-argmax) has no float16 CPU kernel in older "
+    "torch: the float32 softmax, narrowed once", device=CPU, kernels=("softmax",), optional=True,
+    guard=f"{__name__}:softmax_in_input_dtype", guard_arguments=("dtype",), expects_parameters=("input", "dim"),
+)
+
+
+def build_eye(original: Any) -> Any:
+    def eye(n: int, m: Optional[int] = None, dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None,
+            requires_grad: bool = False) -> torch.Tensor:
+        if (dtype == torch.float16 or dtype == torch.bfloat16) and (device is None or torch.device(device).type == "cpu"):
+            # The identity is exact in every dtype: built in float32, narrowed.
+            wide = original(n, dtype=torch.float32, device=device) if m is None else original(n, m, dtype=torch.float32, device=device)
+            return wide.to(dtype).requires_grad_(requires_grad)
+        if m is None:
+            return original(n, dtype=dtype, device=device, requires_grad=requires_grad)
+        return original(n, m, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    eye.__doc__ = original.__doc__
+    return eye
+
+
+EYE_TARGET = Target(
+    ("torch:eye",), build_eye, scope=SCOPE_KORNIA, optional=True, gate=kernel_gate(("eye",)),
+    reason="eye has no bfloat16 CPU kernel in torch 2.1 (Se3, PinholeCamera, PnP build identities in the input's "
+    "dtype): the identity built in float32 and narrowed, exactly",
+)
+
+
 HANNING_TARGET = Target(
     ("kornia.filters.kernels:get_hanning_kernel2d",), build_hanning_kernel2d, ("kernel_size", "device", "dtype"),
     optional=True, gate=kernel_gate(("mm",)),
@@ -519,7 +570,7 @@ INTERPOLATE_ROW = PromoteForKornia(
 
 FIX = Fix(
     name="torch_ops",
-    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,) + METHOD_KERNEL_ROWS + (HANNING_TARGET,),
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,) + METHOD_KERNEL_ROWS + (HANNING_TARGET, SOFTMAX_ROW, EYE_TARGET),
     probe=probe,
     demonstration="kornia_halfpatch.demos.torch_ops:demonstrate",
 )
