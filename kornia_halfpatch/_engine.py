@@ -434,6 +434,8 @@ def _registry_scoped_attribute_names(registry: List[Fix]) -> Set[str]:
     for fix in registry:
         for target in fix.targets:
             if callable(target.scope) or target.scope == SCOPE_KORNIA:
+                if target.gate is not None and not target.gate().needed:
+                    continue  # never installed on this torch (its answer is kept for the process)
                 for candidate in target.candidates:
                     found.add(candidate.partition(":")[2].split(".")[-1])
     _scoped_names_cache[:] = [(key, found, registry)]  # the fixes kept alive: their ids stay theirs
@@ -1004,15 +1006,38 @@ def _gate(
     )
 
 
-def _row_statuses(fix: Fix, resolved: Optional[List[Optional[Resolved]]], finding: Finding) -> List[RowStatus]:
-    """One verdict per target: applied with its numerical reason, absent, or the fix's verdict."""
+def _gate_rows(fix: Fix, resolved: Optional[List[Optional[Resolved]]]) -> Dict[int, Finding]:
+    """Ask each resolved target's own gate (the kernel rows of torch_ops); a target found not
+    needed is taken out of ``resolved`` (not built, not installed). Gates cache their answers."""
+    findings: Dict[int, Finding] = {}
+    if resolved is None:
+        return findings
+    for index, target in enumerate(fix.targets):
+        if target.gate is not None and resolved[index] is not None:
+            findings[index] = target.gate()
+            if not findings[index].needed:
+                resolved[index] = None
+    return findings
+
+
+def _row_statuses(
+    fix: Fix, resolved: Optional[List[Optional[Resolved]]], finding: Finding, gated: Optional[Dict[int, Finding]] = None
+) -> List[RowStatus]:
+    """One verdict per target: applied with its numerical reason, absent, not needed by its own
+    gate, or the fix's verdict."""
     rows = []
+    gated = gated or {}
     for index, target in enumerate(fix.targets):
         found = resolved[index] if resolved is not None else None
+        row_finding = gated.get(index)
         if resolved is None:
             rows.append(RowStatus(target.candidates[0], finding.verdict, finding.reason))
+        elif row_finding is not None and not row_finding.needed:
+            rows.append(RowStatus(target.candidates[0], row_finding.verdict, f"{target.reason}; {row_finding.reason}"))
         elif found is None:
             rows.append(RowStatus(target.candidates[0], Verdict.ABSENT, "absent in this release (optional)"))
+        elif row_finding is not None:
+            rows.append(RowStatus(found[3], Verdict.APPLIED, f"{target.reason}; {row_finding.reason}"))
         else:
             rows.append(RowStatus(found[3], Verdict.APPLIED, target.reason or finding.reason))
     return rows
@@ -1068,8 +1093,9 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
             if fix.configure is not None:
                 fix.configure(given)
             resolved, finding = _gate(fix, kornia_version, given)
+            gated = _gate_rows(fix, resolved)
             status = _status(fix.name, finding)
-            status.rows = _row_statuses(fix, resolved, finding)
+            status.rows = _row_statuses(fix, resolved, finding, gated)
             replacements = []
             if resolved is not None:
                 # Builders may probe too (the grid_sample kernel, the pyramid's level rule).

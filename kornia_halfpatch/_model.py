@@ -90,6 +90,10 @@ class Target:
     reason: str = ""
     example: Optional[str] = None
     row: Optional["Row"] = None  # the table row this target was expanded from
+    # Whether this one target is needed on the installed torch, asked once the fix's probe found
+    # the bug (a Finding; APPLIED or NOT_NEEDED): a row standing in for a missing half CPU kernel
+    # (kernel_gate) is left out where the kernel exists.
+    gate: Optional[Callable[[], "Finding"]] = None
 
     @property
     def label(self) -> str:
@@ -98,6 +102,20 @@ class Target:
     @property
     def parameters(self) -> Optional[Tuple[str, ...]]:  # the name before issue 15
         return self.expects_parameters
+
+
+def kernel_gate(kernels: Tuple[str, ...], half: Tuple[str, ...] = ("float16", "bfloat16")) -> Callable[[], "Finding"]:
+    """A target's gate: needed where the installed torch lacks a half CPU kernel (for one of the
+    ``half`` dtypes) for one of ``kernels`` (names in :data:`kornia_halfpatch._kernels.KERNELS`)."""
+
+    def gate() -> Finding:
+        from ._kernels import describe
+
+        needed, reason = describe(kernels, half)
+        return Finding(Verdict.APPLIED if needed else Verdict.NOT_NEEDED, reason)
+
+    gate.kernels = kernels  # type: ignore[attr-defined]  # what the gate asks about, for reports and tests
+    return gate
 
 
 def _candidates(value: Union[str, Tuple[str, ...]]) -> Tuple[str, ...]:
@@ -113,6 +131,9 @@ class Promote:
     the trigger's dtype) or ``"float32"`` (kept as computed); default every output narrowed.
     ``device``: only tensors on this device type take it. ``guard``: a further condition, a
     scriptable predicate (``"module:function"``) called with the ``guard_arguments``.
+    ``kernels``: the torch kernels (``kornia_halfpatch._kernels``) whose missing half CPU kernel
+    the row stands in for: the row goes in only where one is missing, and promotes only the
+    dtypes of ``half`` that lack one; empty, the row is needed wherever its fix is.
     """
 
     candidates: Union[str, Tuple[str, ...]]
@@ -128,6 +149,15 @@ class Promote:
     device: Optional[str] = None
     guard: Optional[str] = None
     guard_arguments: Tuple[str, ...] = ()
+    kernels: Tuple[str, ...] = ()
+
+    def promoted_dtypes(self) -> Tuple[str, ...]:
+        """The dtypes of ``half`` this torch needs promoted (those without one of ``kernels``)."""
+        if not self.kernels:
+            return self.half
+        from ._kernels import lacking
+
+        return lacking(self.kernels, self.half)
 
     def build(self, original: Any) -> Any:
         from ._codegen import promote_wrapper
@@ -135,7 +165,7 @@ class Promote:
         return promote_wrapper(
             original,
             trigger=self.trigger,
-            half=self.half,
+            half=self.promoted_dtypes(),
             outputs=self.outputs,
             device=self.device,
             guard=load(self.guard) if self.guard is not None else None,
@@ -152,6 +182,7 @@ class Promote:
             reason=self.reason,
             example=self.example,
             row=self,
+            gate=kernel_gate(self.kernels, self.half) if self.kernels else None,
         )
 
 

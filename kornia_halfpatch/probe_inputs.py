@@ -959,3 +959,56 @@ def jpeg_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
 def ramp_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     """A (1, 1, 10, 10) ramp over [0, 1] (otsu_threshold's histogram)."""
     return _in(dtype, torch.linspace(0, 1, 100).view(1, 1, 10, 10).bfloat16().float())
+
+
+def median_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (2, 3, 8, 8) image and a 3x3 window."""
+    return gray_patch_image(dtype) + ((3, 3),)
+
+
+def max_blur_pool_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (2, 3, 8, 8) image, a 3x3 Pascal kernel per channel, stride 2, max-pool size 2, no ceil."""
+    kernel = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
+    return gray_patch_image(dtype) + (kernel.to(dtype).repeat(3, 1, 1, 1), 2, 2, False)
+
+
+def edge_aware_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (2, 3, 8, 8) image and a 3x3 pooling kernel."""
+    return gray_patch_image(dtype) + (3,)
+
+
+def quaternion_components(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """w, x, y, z of four unit quaternions."""
+    g = torch.Generator().manual_seed(43)
+    q = _rand(g, 4, 4) - 0.5
+    q = q / q.norm(dim=-1, keepdim=True)
+    return _in(dtype, q[:, 0], q[:, 1], q[:, 2], q[:, 3])
+
+
+def homography_normalization_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A pixel homography (1, 3, 3) between a 16x20 source and a 12x18 destination."""
+    H = torch.tensor([[[1.0625, 0.03125, 2.0], [-0.03125, 0.9375, 1.0], [0.0, 0.0, 1.0]]])
+    return _in(dtype, H) + ((16, 20), (12, 18))
+
+
+def epiline_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Five pixel points (1, 5, 2) and a fundamental matrix (1, 3, 3)."""
+    g = torch.Generator().manual_seed(44)
+    return _in(dtype, (_rand(g, 1, 5, 2) * 16).round(), _rand(g, 1, 3, 3) - 0.5)
+
+
+def two_camera_poses(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """R1, t1, R2, t2: two rotations about z (1, 3, 3) and translations (1, 3, 1)."""
+    def rotation(angle: float) -> torch.Tensor:
+        c, s = torch.cos(torch.tensor(angle)), torch.sin(torch.tensor(angle))
+        return torch.tensor([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])[None]
+
+    return _in(dtype, rotation(0.25), torch.tensor([[[0.5], [0.25], [1.0]]]), rotation(-0.5),
+               torch.tensor([[[-0.25], [0.5], [2.0]]]))
+
+
+def camera_krt(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """K (1, 3, 3), R (1, 3, 3), t (1, 3, 1)."""
+    K = torch.tensor([[[100.0, 0.0, 32.0], [0.0, 100.0, 24.0], [0.0, 0.0, 1.0]]])
+    R, t = two_camera_poses(torch.float32)[:2]
+    return _in(dtype, K, R, t)

@@ -54,7 +54,9 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_collection_finish(session):
     kornia = sys.modules.get("kornia")
-    shim = session.config.pluginmanager.get_plugin("kornia_halfpatch")
+    # The entry point's name, or the module's where the shim is not installed (-p kornia_halfpatch.pytest_plugin)
+    shim = session.config.pluginmanager.get_plugin("kornia_halfpatch") or session.config.pluginmanager.get_plugin(
+        "kornia_halfpatch.pytest_plugin")
     header = shim.pytest_report_header(session.config) if shim is not None else "kornia_halfpatch: plugin not loaded"
     _write({
         "event": "session",

@@ -30,11 +30,15 @@ once, written out by hand (each is one line in every release).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
+from torch._jit_internal import BroadcastingList2, BroadcastingList3
 
-from .._model import SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, not_needed
+from .._model import (
+    SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, kernel_gate, not_needed,
+)
 from ._common import like
 
 CPU = "cpu"
@@ -82,7 +86,7 @@ ROWS = (
          "guided_multichannel"),
     _row("kornia.filters.filter:fft_conv",
          "torch.fft.rfftn/irfftn have no half CPU kernel (0.8.3): the FFT convolution in float32, narrowed once",
-         "fft_conv_call"),
+         "fft_conv_call", kernels=("fft_rfftn",)),
     _row("kornia.enhance.zca:zca_mean",
          f"{SVD} (0.7.0-0.8.2): covariance and SVD in float32; T, mean (and T_inv) kept in float32 as 0.9.0 returns them",
          "zca_input", outputs=("float32", "float32", "float32")),
@@ -95,39 +99,39 @@ ROWS = (
          "zca_inverse_call"),
     _row("kornia.feature.laf:ellipse_to_laf",
          f"{INVERSE} (Tensor.inverse of the ellipse's 2x2 form): the LAF in float32, narrowed once",
-         "ellipses"),
+         "ellipses", kernels=("linalg_inv",)),
     _row("kornia.feature.loftr.utils.geometry:warp_kpts",
-         f"{INVERSE} (K0.inverse()): the keypoint warp in float32, narrowed once", "warp_kpts_call"),
+         f"{INVERSE} (K0.inverse()): the keypoint warp in float32, narrowed once", "warp_kpts_call", kernels=("linalg_inv",)),
     _row("kornia.feature.matching:_cdist",
          "cdist has no half CPU kernel for 25 or fewer points per side: distances in float32, narrowed once "
-         "(every matcher and DescriptorMatcher call it)", "descriptor_pair"),
+         "(every matcher and DescriptorMatcher call it)", "descriptor_pair", kernels=("cdist",)),
     _row("kornia.geometry.subpix.spatial_soft_argmax:conv_soft_argmax3d",
          "avg_pool3d has no half CPU kernel: the soft-argmax (pooled exponentials, their normaliser) in float32, "
-         "coordinates and values narrowed once", "soft_argmax_volume"),
+         "coordinates and values narrowed once", "soft_argmax_volume", kernels=("avg_pool3d",)),
     _row("kornia.geometry.epipolar.triangulation:_eigh_smallest_vec",
-         f"{EIGH} (0.8.3's triangulation null vector): in float32, narrowed once", "square_matrices"),
+         f"{EIGH} (0.8.3's triangulation null vector): in float32, narrowed once", "square_matrices", kernels=("linalg_eigh",)),
     _row("kornia.geometry.transform.imgwarp:_transform_warp_impl3d",
          f"{INVERSE} (0.7.0-0.8.2): the 3-D warp (matrix inverse and sampling grid) in float32, narrowed once",
-         "warp3d_call"),
+         "warp3d_call", kernels=("linalg_inv",)),
     _row("kornia.geometry.homography:find_homography_dlt",
          f"{INVERSE} (0.7.0's transform2.inverse()): the DLT in float32, narrowed once "
-         "(find_homography_dlt_iterated and RANSAC call it)", "homography_points"),
+         "(find_homography_dlt_iterated and RANSAC call it)", "homography_points", kernels=("linalg_inv",)),
     _row("kornia.geometry.homography:find_homography_lines_dlt",
-         f"{INVERSE} and torch.svd (0.7.0): the line DLT in float32, narrowed once", "homography_lines"),
+         f"{INVERSE} and torch.svd (0.7.0): the line DLT in float32, narrowed once", "homography_lines", kernels=("linalg_inv", "linalg_svd")),
     _row("kornia.geometry.epipolar.fundamental:find_fundamental",
          f"{DET} (7-point cubic) and, in 0.8.3, {EIGH} inside a TorchScript-compiled helper no view can reach: "
-         "the estimate in float32, narrowed once", "fundamental_points"),
+         "the estimate in float32, narrowed once", "fundamental_points", kernels=("linalg_det", "linalg_eigh")),
     _row("kornia.geometry.epipolar.fundamental:fundamental_from_essential",
-         f"{INVERSE} (0.7.0's K.inverse()): F in float32, narrowed once", "essential_and_intrinsics"),
+         f"{INVERSE} (0.7.0's K.inverse()): F in float32, narrowed once", "essential_and_intrinsics", kernels=("linalg_inv",)),
     _row("kornia.geometry.epipolar.essential:find_essential",
          "the 5-point solver needs linalg.solve/qr/eigvals/matrix_rank, none with a half CPU kernel "
-         "(0.8.3: inside TorchScript): the estimate in float32, narrowed once", "essential_points"),
+         "(0.8.3: inside TorchScript): the estimate in float32, narrowed once", "essential_points", kernels=("linalg_solve", "linalg_qr", "linalg_eigvals", "linalg_matrix_rank")),
     _row("kornia.geometry.epipolar.essential:decompose_essential_matrix",
-         f"{DET} and {SVD}: R1, R2, t in float32, narrowed once (0.9.0 fails here too)", "essential_matrix"),
+         f"{DET} and {SVD}: R1, R2, t in float32, narrowed once (0.9.0 fails here too)", "essential_matrix", kernels=("linalg_det", "linalg_svd")),
     _row("kornia.geometry.epipolar.numeric:matrix_cofactor_tensor",
-         f"{DET} and {INVERSE} (0.7.4+): the cofactors in float32, narrowed once", "square_matrices"),
+         f"{DET} and {INVERSE} (0.7.4+): the cofactors in float32, narrowed once", "square_matrices", kernels=("linalg_det", "linalg_inv")),
     _row("kornia.geometry.epipolar.projection:KRt_from_projection",
-         f"{QR} and {INVERSE}/{SOLVE}: K, R, t in float32, narrowed once (0.9.0 fails here too)", "projection_matrix"),
+         f"{QR} and {INVERSE}/{SOLVE}: K, R, t in float32, narrowed once (0.9.0 fails here too)", "projection_matrix", kernels=("linalg_qr", "linalg_inv", "linalg_solve")),
 )
 
 
@@ -288,6 +292,7 @@ TORCH_INVERSE_TARGET = Target(
     scope=SCOPE_KORNIA,
     reason=f"{INVERSE}: kornia's half CPU torch.inverse calls (HomographyTracker.track_next_frame's prewarp) "
     "in float32, narrowed once",
+    gate=kernel_gate(("linalg_inv",)),
 )
 
 METHOD_TARGETS = (
@@ -304,31 +309,268 @@ METHOD_TARGETS = (
            "float32, narrowed once (0.9.0's dtype)"),
     Target(("kornia.geometry.quaternion:average_quaternions",), build_average_quaternions, ("Q", "w"), optional=True,
            reason=f"{EIGH} (0.8.2): the eigen-average of the widened quaternions, narrowed once",
-           example=f"{EXAMPLES}:quaternion_batch"),
+           example=f"{EXAMPLES}:quaternion_batch", gate=kernel_gate(("linalg_eigh",))),
     Target(("kornia.sensors.camera.projection_model:Z1Projection.project",), build_z1_project, ("self", "points"),
            optional=True, reason=f"{INVERSE} (diag(z).inverse(), 0.7.0-0.8.2): the projection in float32, narrowed once",
-           example=f"{EXAMPLES}:z1_points"),
+           example=f"{EXAMPLES}:z1_points", gate=kernel_gate(("linalg_inv",))),
     Target(("kornia.geometry.camera.pinhole:PinholeCamera.intrinsics_inverse",), build_intrinsics_inverse, ("self",),
-           optional=True, example=f"{EXAMPLES}:pinhole_camera", reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)"),
+           optional=True, example=f"{EXAMPLES}:pinhole_camera", reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)", gate=kernel_gate(("linalg_inv",))),
     Target(("kornia.geometry.transform.image_registrator:Homography.forward_inverse",), build_homography_inverse,
-           ("self",), optional=True, example=f"{EXAMPLES}:homography_module", reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once"),
+           ("self",), optional=True, example=f"{EXAMPLES}:homography_module", reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
     Target(("kornia.geometry.transform.image_registrator:Similarity.forward_inverse",), build_similarity_inverse,
-           ("self",), optional=True, example=f"{EXAMPLES}:similarity_module", reason=f"{INVERSE}: the similarity inverted in float32, narrowed once"),
+           ("self",), optional=True, example=f"{EXAMPLES}:similarity_module", reason=f"{INVERSE}: the similarity inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
 )
 
 
 def probe(originals: Sequence[Any]) -> Finding:
-    """Any release: the bug is torch's missing kernel, confirmed on the op kornia uses most."""
+    """Any release: the bug is torch's missing kernel, confirmed on the op kornia uses most; on a
+    torch that has it, on any other kernel a row stands in for (each row then asks its own)."""
     try:
         torch.linalg.inv(torch.eye(2, dtype=torch.float16))
     except (RuntimeError, NotImplementedError):
         return bug_present("torch has no half CPU kernel for linalg.inv/solve/svd/eigh/det/qr, cdist, avg_pool3d, fft")
+    from .._kernels import missing
+
+    kernels = sorted({name for target in FIX.targets if target.gate is not None for name in _kernels_of(target)})
+    gone = [name for name in kernels if missing(name)]
+    if gone:
+        return bug_present(f"torch {torch.__version__} has no half CPU kernel for {', '.join(gone)}")
     return not_needed("this torch inverts float16 matrices on CPU")
+
+
+def _kernels_of(target: Target) -> Tuple[str, ...]:
+    return getattr(target.gate, "kernels", ())
+
+
+# --------------------------------------------------------------------------------------------
+# torch ops with half CPU kernels in torch 2.13 that older torches lack (torch 2.1: float16
+# padding, convolution, interpolation, atan2, cumsum, topk, bmm/matmul; torch < 2.6: grid_sample,
+# which warp_sampling widens). Each is replaced for kornia's calls only (module views), and only
+# where the kernel probe (kornia_halfpatch._kernels) finds a half dtype without its kernel: that
+# dtype is widened to float32, torch's float32 op runs, and its floating result is narrowed once
+# (the error of the float32 op rounded once). Padding and selection (topk values) copy elements:
+# there the widened op is bitwise what a half kernel returns.
+
+
+PAD_KERNELS = ("replication_pad1d", "replication_pad2d", "replication_pad3d",
+               "reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
+CONV2D_KERNELS = ("conv2d",)
+INTERPOLATE_KERNELS = ("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
+                       "adaptive_avg_pool2d")
+
+
+@dataclass(frozen=True)
+class ScopedOp:
+    """One torch op replaced for kornia's calls: its TorchScript signature (torch's own defaults
+    written out: a builtin has no ``__defaults__``), the tensor that decides (``trigger``), an
+    extra condition, and the expression computed on widened inputs (``_w`` widens a tensor)."""
+
+    path: str
+    kernels: Tuple[str, ...]
+    parameters: str
+    returns: str
+    call: str
+    widened: str
+    reason: str
+    trigger: str = "input"
+    condition: str = "True"
+    narrow: str = "_o.to(_d)"  # the widened result _o back to the trigger's dtype _d
+
+    def build(self, original: Any) -> Any:
+        from .._codegen import define, dtype_condition
+        from .._kernels import lacking
+
+        dtypes = lacking(self.kernels)
+        name = self.path.split(":")[-1]
+        namespace = {"torch": torch, "Optional": Optional, "List": List, "Tuple": Tuple,
+                     "BroadcastingList2": BroadcastingList2,
+                     "BroadcastingList3": BroadcastingList3, "_halfpatch_original": original, "_w": _widen_tensor,
+                     "_topk_result": _topk_result}
+        taken = dtype_condition(self.trigger, dtypes) if dtypes else "False"
+        source = (
+            f"def {name}({self.parameters}) -> {self.returns}:\n"
+            f"    if {self.trigger}.device.type == 'cpu' and ({taken}) and ({self.condition}):\n"
+            f"        _d = {self.trigger}.dtype\n"
+            f"        _o = _halfpatch_original({self.widened})\n"
+            f"        return {self.narrow}\n"
+            f"    return _halfpatch_original({self.call})\n"
+        )
+        replacement = define(source, name, namespace, f"torch_ops {self.path}")
+        replacement.__doc__ = getattr(original, "__doc__", None)
+        replacement.__module__ = __name__  # the engine gives it the original's identity when installing
+        return replacement
+
+    def target(self) -> Target:
+        return Target((self.path,), self.build, scope=SCOPE_KORNIA, optional=True, reason=self.reason,
+                      gate=kernel_gate(self.kernels))
+
+
+def _widen_tensor(x: torch.Tensor) -> torch.Tensor:
+    # Exact: the float32 op computes on the very values the half op was given.
+    if x.dtype == torch.float16 or x.dtype == torch.bfloat16:
+        return x.float()
+    return x
+
+
+def _topk_result(values: torch.Tensor, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    # torch.topk returns a named pair (kornia reads .indices); TorchScript has the plain pair.
+    if not torch.jit.is_scripting():
+        return torch.return_types.topk((values, indices))  # type: ignore[return-value]
+    return values, indices
+
+
+def _kernel_op(path: str, kernels: Tuple[str, ...], parameters: str, returns: str, call: str, widened: str,
+               reason: str, **options: Any) -> Target:
+    return ScopedOp(path, kernels, parameters, returns, call, widened, reason, **options).target()
+
+
+TENSOR = "torch.Tensor"
+CONV2D_PARAMETERS = ("input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, "
+                     "stride: BroadcastingList2[int] = 1, padding: BroadcastingList2[int] = 0, "
+                     "dilation: BroadcastingList2[int] = 1, groups: int = 1")
+
+CONV3D_PARAMETERS = ("input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, "
+                     "stride: BroadcastingList3[int] = 1, padding: BroadcastingList3[int] = 0, "
+                     "dilation: BroadcastingList3[int] = 1, groups: int = 1")
+
+KERNEL_TARGETS = (
+    _kernel_op("torch.nn.functional:pad", PAD_KERNELS,
+               "input: torch.Tensor, pad: List[int], mode: str = 'constant', value: Optional[float] = None", TENSOR,
+               "input, pad, mode, value", "input.float(), pad, mode, value",
+               "replicate/reflect padding (filter2d, box_blur, sobel, pyramids, Harris/Hessian, SIFT) has no half CPU "
+               "kernel in older torch: padded in float32 and narrowed, bitwise the half padding (a copy)",
+               condition="mode != 'constant'"),
+    _kernel_op("torch.nn.functional:conv2d", CONV2D_KERNELS, CONV2D_PARAMETERS, TENSOR,
+               "input, weight, bias, stride, padding, dilation, groups",
+               "input.float(), _w(weight), None if bias is None else _w(bias), stride, padding, dilation, groups",
+               "conv2d (slow_conv2d_cpu: filter2d, sharpness, blur_pool2d) has no float16 CPU kernel in older torch: "
+               "the float32 convolution, narrowed once"),
+    _kernel_op("torch.nn.functional:conv3d", ("conv3d",), CONV3D_PARAMETERS, TENSOR,
+               "input, weight, bias, stride, padding, dilation, groups",
+               "input.float(), _w(weight), None if bias is None else _w(bias), stride, padding, dilation, groups",
+               "conv3d (compute_columns3d: filter3d, motion_blur3d, spatial_gradient3d) has no float16 CPU kernel in "
+               "older torch: the float32 convolution, narrowed once"),
+    _kernel_op("torch:atan2", ("atan2",), "input: torch.Tensor, other: torch.Tensor", TENSOR,
+               "input, other", "input.float(), other.float()",
+               "atan2 (LAF orientation, SIFT/orientation histograms) has no float16 CPU kernel in older torch: "
+               "the float32 angle, narrowed once", condition="other.dtype == input.dtype"),
+    _kernel_op("torch:cumsum", ("cumsum",), "input: torch.Tensor, dim: int, dtype: Optional[torch.dtype] = None",
+               TENSOR, "input, dim, dtype=dtype", "input.float(), dim",
+               "cumsum (equalize_clahe's LUTs, histogram equalisation) has no float16 CPU kernel in older torch: the "
+               "float32 running sum, narrowed once", condition="dtype is None"),
+    _kernel_op("torch:topk", ("topk",),
+               "input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True",
+               "Tuple[torch.Tensor, torch.Tensor]", "input, k, dim, largest, sorted", "input.float(), k, dim, largest, sorted",
+               "topk (the matchers' two nearest neighbours, detectors' best responses) has no float16 CPU kernel in "
+               "older torch: selected in float32, values narrowed (a copy: bitwise the half values)",
+               narrow="_topk_result(_o[0].to(_d), _o[1])"),
+    _kernel_op("torch:bmm", ("bmm",), "input: torch.Tensor, mat2: torch.Tensor", TENSOR,
+               "input, mat2", "input.float(), mat2.float()",
+               "bmm (LAF products, image_registrator, PnP) has no float16 CPU kernel in older torch: the float32 "
+               "product, narrowed once", condition="mat2.dtype == input.dtype"),
+    _kernel_op("torch:matmul", ("bmm", "mm"), "input: torch.Tensor, other: torch.Tensor", TENSOR,
+               "input, other", "input.float(), other.float()",
+               "matmul (bmm/addmm) has no float16 CPU kernel in older torch: the float32 product, narrowed once",
+               condition="other.dtype == input.dtype"),
+)
+
+# Kornia functions that reach an op without a half kernel as a Tensor method (no module view
+# reaches ``x.cumsum()``): promoted whole, for the dtypes that lack the kernel.
+METHOD_KERNEL_ROWS = (
+    _row("kornia.enhance.integral:integral_tensor",
+         "Tensor.cumsum has no float16 CPU kernel in older torch (cumsum_out_cpu): the running sums in float32, "
+         "narrowed once", "gray_patch_image", kernels=("cumsum",)),
+    _row("kornia.filters.median:median_blur",
+         "median has no float16 CPU kernel in older torch (median_out): the median of the widened window (a copy: "
+         "bitwise the half median)", "median_blur_call", kernels=("median",)),
+    _row("kornia.geometry.conversions:euler_from_quaternion",
+         "Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu: So3/Se3 to Euler angles): the angles in "
+         "float32, narrowed once", "quaternion_components", kernels=("atan2",)),
+    _row("kornia.geometry.conversions:normalize_homography",
+         "the 3x3 products (@: bmm) have no float16 CPU kernel in older torch: the normalised homography in "
+         "float32, narrowed once", "homography_normalization_call", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.fundamental:compute_correspond_epilines",
+         "F @ points (bmm) has no float16 CPU kernel in older torch: the epipolar lines in float32, narrowed once",
+         "epiline_call", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.essential:relative_camera_motion",
+         "R2 @ R1^T (bmm) has no float16 CPU kernel in older torch: the relative motion in float32, narrowed once",
+         "two_camera_poses", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.projection:projection_from_KRt",
+         "K @ [R|t] (bmm) has no float16 CPU kernel in older torch (motion_from_essential_choose_solution calls it): "
+         "the projection in float32, narrowed once", "camera_krt", kernels=("bmm", "mm")),
+    _row("kornia.filters.blur_pool:_max_blur_pool_by_kernel2d",
+         "max_pool2d has no float16 CPU kernel in older torch: max_blur_pool2d's blur and pooling in float32, "
+         "narrowed once", "max_blur_pool_call", kernels=("max_pool2d",)),
+    _row("kornia.filters.blur_pool:edge_aware_blur_pool2d",
+         "max_pool3d (the edge mask's dilation) has no float16 CPU kernel in older torch: the edge-aware blur in "
+         "float32, narrowed once", "edge_aware_blur_call", kernels=("max_pool3d",)),
+)
+
+
+def build_hanning_kernel2d(original: Any) -> Any:
+    def get_hanning_kernel2d(kernel_size: Any, device: Any = None, dtype: Any = None) -> torch.Tensor:
+        if dtype in (torch.float16, torch.bfloat16) and torch.device(device or "cpu").type == "cpu":
+            # The outer product ky @ kx (mm) in float32, narrowed once.
+            return original(kernel_size, device, torch.float32).to(dtype)
+        return original(kernel_size, device, dtype)
+
+    return like(get_hanning_kernel2d, original)
+
+
+def softmax_in_input_dtype(dtype: Optional[torch.dtype]) -> bool:
+    """softmax computes in its input's dtype (no ``dtype=`` given): only then can a half call
+    lack the kernel; with ``dtype=`` torch casts first."""
+    return dtype is None
+
+
+SOFTMAX_ROW = PromoteForKornia(
+    "torch.nn.functional:softmax",
+    "softmax (softmax_lastdim_kernel_impl: spatial_softmax2d, DSNT, soft-argmax) has no float16 CPU kernel in older "
+    "torch: the float32 softmax, narrowed once", device=CPU, kernels=("softmax",), optional=True,
+    guard=f"{__name__}:softmax_in_input_dtype", guard_arguments=("dtype",), expects_parameters=("input", "dim"),
+)
+
+
+def build_eye(original: Any) -> Any:
+    def eye(n: int, m: Optional[int] = None, dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None,
+            requires_grad: bool = False) -> torch.Tensor:
+        if (dtype == torch.float16 or dtype == torch.bfloat16) and (device is None or torch.device(device).type == "cpu"):
+            # The identity is exact in every dtype: built in float32, narrowed.
+            wide = original(n, dtype=torch.float32, device=device) if m is None else original(n, m, dtype=torch.float32, device=device)
+            return wide.to(dtype).requires_grad_(requires_grad)
+        if m is None:
+            return original(n, dtype=dtype, device=device, requires_grad=requires_grad)
+        return original(n, m, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    eye.__doc__ = original.__doc__
+    return eye
+
+
+EYE_TARGET = Target(
+    ("torch:eye",), build_eye, scope=SCOPE_KORNIA, optional=True, gate=kernel_gate(("eye",)),
+    reason="eye has no bfloat16 CPU kernel in torch 2.1 (Se3, PinholeCamera, PnP build identities in the input's "
+    "dtype): the identity built in float32 and narrowed, exactly",
+)
+
+
+HANNING_TARGET = Target(
+    ("kornia.filters.kernels:get_hanning_kernel2d",), build_hanning_kernel2d, ("kernel_size", "device", "dtype"),
+    optional=True, gate=kernel_gate(("mm",)),
+    reason="mm (addmm_impl_cpu_) has no float16 CPU kernel in older torch: the 2-D Hanning kernel's outer product in "
+    "float32, narrowed once",
+)
+
+INTERPOLATE_ROW = PromoteForKornia(
+    "torch.nn.functional:interpolate",
+    "interpolate (compute_indices_weights_linear/cubic, adaptive_avg_pool2d: KeyNet, SIFTFeature, resize, "
+    "pyramids) has no float16 CPU kernel in older torch: the float32 resampling, narrowed once",
+    device=CPU, kernels=INTERPOLATE_KERNELS, optional=True, expects_parameters=("input",),
+)
 
 
 FIX = Fix(
     name="torch_ops",
-    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,),
+    targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,) + METHOD_KERNEL_ROWS + (HANNING_TARGET, SOFTMAX_ROW, EYE_TARGET),
     probe=probe,
     demonstration="kornia_halfpatch.demos.torch_ops:demonstrate",
 )
