@@ -19,10 +19,13 @@ the duration of a probe (milliseconds, once per ``apply()``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from typing import Any, Callable, ContextManager, Iterator, List
 
 import torch
+
+from ._torch_compat import autocast_enabled_device_types, default_device_type
 
 # Device types whose autocast state a probe turns off. An unknown or unbuilt backend is skipped
 # (torch.amp.is_autocast_available answers for the ones this torch knows).
@@ -34,14 +37,9 @@ PROBE_SEED = 0
 
 
 def _autocast_enabled_device_types() -> List[str]:
-    found = []
-    for device_type in _AUTOCAST_DEVICE_TYPES:
-        try:
-            if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
-                found.append(device_type)
-        except (RuntimeError, TypeError, ValueError, AttributeError):
-            continue  # a torch without this device type or this API: nothing to turn off
-    return found
+    # Through _torch_compat: torch 2.1-2.3 has neither torch.amp.is_autocast_available nor a
+    # device-type argument to torch.is_autocast_enabled.
+    return autocast_enabled_device_types(list(_AUTOCAST_DEVICE_TYPES))
 
 
 @contextlib.contextmanager
@@ -110,12 +108,16 @@ def _default_dtype_float32() -> ContextManager[None]:
 
 @contextlib.contextmanager
 def _default_device_cpu() -> Iterator[None]:
-    get_device = getattr(torch, "get_default_device", None)
-    if get_device is None or get_device().type == "cpu":
+    try:
+        on_cpu = default_device_type() == "cpu"
+    except Exception:  # noqa: BLE001 - a default device whose factory call fails: not the CPU
+        on_cpu = False
+    if on_cpu:
         yield
         return
-    # torch.set_default_device installs a global device context below the mode stack; an inner
-    # ``torch.device`` context wins over it for factory calls without a device.
+    # torch.set_default_device installs a global device context (below the mode stack on recent
+    # torch, on it before); an inner ``torch.device`` context wins over it for factory calls
+    # without a device.
     with torch.device("cpu"):
         yield
 
@@ -207,19 +209,102 @@ def probe_state() -> Iterator[None]:
     (under ``python -W error`` a kornia deprecation warning would otherwise abort the probe).
     """
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_without_jit_tracing())
-        stack.enter_context(_without_dispatch_modes())
-        stack.enter_context(_without_torch_function_modes())
-        stack.enter_context(torch.inference_mode(False))
-        stack.enter_context(torch.enable_grad())
+        _enter(stack, _without_jit_tracing)
+        _enter(stack, _without_dispatch_modes)
+        _enter(stack, _without_torch_function_modes)
+        _enter(stack, lambda: torch.inference_mode(False))
+        _enter(stack, torch.enable_grad)
         for device_type in _autocast_enabled_device_types():
-            stack.enter_context(torch.autocast(device_type, enabled=False))
-        stack.enter_context(_default_dtype_float32())
-        stack.enter_context(_default_device_cpu())
-        stack.enter_context(_nondeterministic_allowed())
-        stack.enter_context(_float32_matmul_precision_highest())
+            _enter(stack, lambda: torch.autocast(device_type, enabled=False))
+        _enter(stack, _default_dtype_float32)
+        _enter(stack, _default_device_cpu)
+        _enter(stack, _nondeterministic_allowed)
+        _enter(stack, _float32_matmul_precision_highest)
         if torch.is_anomaly_enabled():
-            stack.enter_context(torch.autograd.set_detect_anomaly(False))
-        stack.enter_context(_private_random_stream())
-        stack.enter_context(_probe_warnings_ignored())
+            _enter(stack, lambda: torch.autograd.set_detect_anomaly(False))
+        _enter(stack, _private_random_stream)
+        _enter(stack, _probe_warnings_ignored)
         yield
+
+
+def _enter(stack: contextlib.ExitStack, make: Callable[[], ContextManager[Any]]) -> None:
+    """Enter one part of the probe state; a part this torch cannot set up is left out (logged),
+    so that ``apply()`` never raises from its isolation: a probe that then misreads the state
+    fails on its own and skips its fix, with a reason."""
+    try:
+        stack.enter_context(make())
+    except Exception as exc:  # noqa: BLE001 - the shim must not break the program it runs in
+        logging.getLogger("kornia_halfpatch").warning(
+            "probe isolation: %s could not be set up (%s: %s)", getattr(make, "__name__", make), type(exc).__name__, exc
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Probes on a torch without some half CPU kernels
+
+_HALF_DTYPE_NAMES = ("Half", "BFloat16")
+
+
+def is_missing_half_kernel(exc: BaseException) -> bool:
+    """An error torch raises for a float16/bfloat16 op it has no kernel for on this device
+    (``"bmm" not implemented for 'Half'``, ``grid_sampler_2d_cpu not implemented for Half``,
+    linalg's "Low precision dtypes not supported")."""
+    if not isinstance(exc, (RuntimeError, NotImplementedError)):
+        return False
+    text = str(exc)
+    if "Low precision dtypes not supported" in text:
+        return True
+    return "not implemented for" in text and any(name in text for name in _HALF_DTYPE_NAMES)
+
+
+def _half_dtype_of(values: Any) -> Any:
+    if isinstance(values, torch.Tensor):
+        return values.dtype if values.dtype in (torch.float16, torch.bfloat16) else None
+    if isinstance(values, (list, tuple)):
+        for value in values:
+            found = _half_dtype_of(value)
+            if found is not None:
+                return found
+    if isinstance(values, dict):
+        return _half_dtype_of(list(values.values()))
+    return None
+
+
+def _converted(values: Any, source: Any, target: torch.dtype) -> Any:
+    if isinstance(values, torch.Tensor):
+        return values.to(target) if values.dtype in source else values
+    if isinstance(values, (list, tuple)) and not hasattr(values, "_fields"):
+        return type(values)(_converted(value, source, target) for value in values)
+    if isinstance(values, dict):
+        return {key: _converted(value, source, target) for key, value in values.items()}
+    return values
+
+
+class _MissingHalfKernelsWidened(torch.overrides.TorchFunctionMode):
+    """An op that raises for want of a half kernel runs on float32 copies of its half tensors and
+    its floating outputs are narrowed back: what torch's half CPU kernels compute (in float32,
+    rounded once) where they exist. In-place and ``out=`` calls are not emulated (they raise)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except (RuntimeError, NotImplementedError) as exc:
+            name = getattr(func, "__name__", "")
+            if not is_missing_half_kernel(exc) or name.endswith("_") or "out" in kwargs:
+                raise
+            half = _half_dtype_of((args, kwargs))
+            if half is None:
+                raise
+            result = func(*_converted(args, (torch.float16, torch.bfloat16), torch.float32),
+                          **_converted(kwargs, (torch.float16, torch.bfloat16), torch.float32))
+            return _converted(result, (torch.float32,), half)
+
+
+def missing_half_kernels_widened() -> ContextManager[Any]:
+    """For a probe that checks a half-precision bug of kornia's own arithmetic through ops this
+    torch has no half kernel for (torch 2.1: no half CPU ``bmm``, ``conv2d``, reflection/
+    replication padding; torch < 2.6: no half CPU ``grid_sample``): those ops are emulated as
+    torch's half kernels compute, so that the probe finds kornia's bug, or its absence, on every
+    torch. Whether the op itself is missing is torch_ops'/warp_sampling's concern."""
+    return _MissingHalfKernelsWidened()

@@ -21,8 +21,8 @@ through a kornia-scoped ``torch.nn.functional.conv2d`` replacement (the engine's
 shared with warp_sampling's): a float16 CPU convolution with one input channel per group, two or
 more outputs and a side >= 15 runs in float32, narrowed once; every other call is torch's own.
 
-Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]`` (torch 2.13; an older
-torch without it counts as "no flag"). ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the
+Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]``, or on a torch without
+it (2.4 and 2.6 hang all the same, measured) the flag in Linux's ``/proc/cpuinfo``. ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the
 choice (default ``auto``), so the workaround can be exercised on any CPU.
 """
 
@@ -35,6 +35,7 @@ import torch
 from torch._jit_internal import BroadcastingList2
 
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
+from .._torch_compat import cpu_capabilities
 
 ENV_FP16_CONV_HANG = "KORNIA_HALFPATCH_FP16_CONV_HANG"
 MODES = ("auto", "on", "off")
@@ -51,13 +52,8 @@ def large_kernel(kernel: torch.Tensor) -> bool:
 
 
 def cpu_has_avx512_fp16() -> bool:
-    capabilities = getattr(torch.cpu, "get_capabilities", None)
-    if capabilities is None:
-        return False
-    try:
-        return bool(capabilities().get("avx512_fp16", False))
-    except Exception:  # noqa: BLE001 - a torch whose probe fails: no flag known
-        return False
+    # torch's report, or the kernel's flags on a torch without torch.cpu.get_capabilities.
+    return bool(cpu_capabilities().get("avx512_fp16", False))
 
 
 def mode() -> str:

@@ -35,6 +35,7 @@ from typing import Any, Sequence, Tuple
 import torch
 import wrapt
 
+from .._isolation import missing_half_kernels_widened
 from .._model import Finding, Fix, Promote, Verdict, bug_present, not_needed
 from ..probe_inputs import PROBE_SHAPE, blob_volume, probe_volume  # noqa: F401 (tests use them)
 
@@ -111,7 +112,12 @@ def explain_absence() -> Finding:
     """kornia 0.7.0-0.8.2 have no Cramer helper; say why that is fine, or why it is not."""
     module_name, _, attribute = REFINEMENT_PATH.partition(":")
     _, _, refine = wrapt.resolve_path(module_name, attribute)
-    if refinement_backward_is_finite(refine):
+    # The check is about the solve; the refinement around it pads and convolves in float16,
+    # which torch before 2.2 has no CPU kernels for (replication_pad3d): those are emulated as
+    # torch's half kernels compute them, so that the check runs on every torch.
+    with missing_half_kernels_widened():
+        finite = refinement_backward_is_finite(refine)
+    if finite:
         return not_needed(
             "no Cramer-rule solver in this release (conv_quad_interp3d solves "
             "with safe_solve_with_mask in float32); float16 gradient finite on the probe"

@@ -46,6 +46,7 @@ from typing import Any, Sequence, Tuple
 
 import torch
 
+from .._isolation import missing_half_kernels_widened
 from .._model import Finding, Fix, Promote, Target, bug_present, not_needed
 from ._common import like
 
@@ -244,7 +245,10 @@ def probe(originals: Sequence[Any]) -> Finding:
     matrix = torch.stack([torch.stack([angle.cos(), -angle.sin(), torch.tensor(20.0)]),
                           torch.stack([angle.sin(), angle.cos(), torch.tensor(-9.0)])]).unsqueeze(0)
     image, matrix = image.half().float(), matrix.half().float()
-    half = warp_affine(image.half(), matrix.half(), (64, 64))
+    # The bug is the half sampling grid kornia derives, not torch's half kernels: where this
+    # torch has none (grid_sample before 2.6, bmm on 2.1) they are emulated as torch computes them.
+    with missing_half_kernels_widened():
+        half = warp_affine(image.half(), matrix.half(), (64, 64))
     ideal = warp_affine(image, matrix, (64, 64)).half()
     if not torch.equal(half, ideal):
         return bug_present("a float16 warp_affine differs from the float32 warp narrowed (half sampling grid)")

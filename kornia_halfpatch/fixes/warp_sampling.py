@@ -51,6 +51,7 @@ import torch
 
 from .. import _environment as environment
 from .._model import SCOPE_EVERYWHERE, SCOPE_KORNIA, Finding, Fix, Target, bug_present, not_needed
+from .._torch_compat import is_compiling
 
 # --------------------------------------------------------------------------------------------
 # Which workaround: torch version facts (docs/fixes/warp_sampling.md), read once at import
@@ -291,9 +292,7 @@ def _warned_align_corners_default(input: torch.Tensor, grid: torch.Tensor, mode:
     ``align_corners=False`` on (torch's value after its warning). Only where torch would warn:
     valid mode and padding (torch raises first otherwise), no ``__torch_function__`` override
     (torch dispatches first), eager (TorchScript and dynamo keep torch's own behaviour)."""
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    if is_compiling is not None and is_compiling():
+    if is_compiling():
         return False
     if mode not in ("bilinear", "nearest", "bicubic") or padding_mode not in ("zeros", "border", "reflection"):
         return False
