@@ -147,3 +147,32 @@ def test_every_torch_attribute_the_package_names_exists_or_has_a_fallback():
 def test_the_package_imports_every_module_on_this_python():
     for info in pkgutil.walk_packages(kornia_halfpatch.__path__, "kornia_halfpatch."):
         importlib.import_module(info.name)
+
+
+_PIPE_ANNOTATED = '''
+from __future__ import annotations
+from typing import List
+from torch import Tensor
+
+def f(x: Tensor, y: Tensor | None, z: list[Tensor] | None = None, w: int | float = 1) -> tuple[Tensor, Tensor | None]:
+    return x, y
+'''
+
+
+def test_pipe_annotations_resolve_on_every_python():
+    # Python 3.9 cannot evaluate "Tensor | None" (kornia 0.8's annotations): the rows' wrappers
+    # must still see which parameters are tensors.
+    import typing
+
+    from kornia_halfpatch import _codegen
+
+    namespace = {}
+    exec(compile(_PIPE_ANNOTATED, "<pipe annotated>", "exec"), namespace)
+    hints = _codegen._resolved_hints(namespace["f"])
+    assert _codegen.classify(hints["x"]) == _codegen.TENSOR
+    assert _codegen.classify(hints["y"]) == _codegen.OPTIONAL_TENSOR
+    assert typing.get_args(hints["w"]) == (int, float)
+    assert _codegen.tuple_items(hints["return"])[0] is torch.Tensor
+    wrapper = _codegen.promote_wrapper(namespace["f"])
+    out = wrapper(torch.ones(2, dtype=torch.float16), None)
+    assert out[0].dtype == torch.float16 and out[1] is None
