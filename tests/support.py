@@ -141,3 +141,14 @@ def factory_device() -> str:
     """Where a factory call without ``device=`` allocates (``torch.get_default_device()`` is
     absent before torch 2.3 and raises on 2.4-2.9 after ``set_default_device(None)``)."""
     return str(torch.empty(0).device)
+
+
+# The error torch raises for a dtype its kernel does not implement: NotImplementedError on torch
+# 2.8 and 2.13 (measured), RuntimeError on 2.1-2.6 (NotImplementedError is a RuntimeError, so
+# the older expectation also accepts an unmeasured 2.7 either way).
+MISSING_KERNEL_ERROR = NotImplementedError if TORCH >= (2, 8) else RuntimeError
+
+
+def expect_missing_kernel_error(match=None):
+    """``pytest.raises`` for torch's "not implemented for 'Half'" on the installed torch."""
+    return pytest.raises(MISSING_KERNEL_ERROR, match=match)
