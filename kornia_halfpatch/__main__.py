@@ -53,7 +53,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"[{fix.name}] no demonstration")
             continue
         started = time.perf_counter()
-        demo = fix.demonstrate()
+        try:
+            demo = fix.demonstrate()
+        except Exception as exc:  # noqa: BLE001 - one demonstration's failure is reported, the others still run
+            message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            print(f"[{fix.name}] the demonstration raised {type(exc).__name__}: {message}")
+            failures.append(fix.name)
+            continue
         elapsed = time.perf_counter() - started
         verdict = "holds" if demo.holds else "DOES NOT HOLD"
         print(f"[{fix.name}] {demo.title}  ({verdict}, {elapsed:.1f} s)")

@@ -24,6 +24,7 @@ SOSNet/HyNet/HardNet).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import itertools
 import linecache
@@ -117,12 +118,51 @@ TENSOR_OR_PAIR = "tensor_or_pair"
 def _resolved_hints(function: Callable[..., Any]) -> Dict[str, Any]:
     try:
         return typing.get_type_hints(function)
+    except Exception:  # noqa: BLE001 - Python 3.9 and "X | Y", below; else classified as OTHER
+        pass
+    try:
+        return _hints_with_pipes_as_unions(function)
     except Exception:  # noqa: BLE001 - an annotation that does not evaluate: classify as OTHER
         return {}
 
 
+class _PipesToUnions(ast.NodeTransformer):
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.op, ast.BitOr):
+            return node
+        items = ast.Tuple(elts=[node.left, node.right], ctx=ast.Load())
+        return ast.Subscript(value=ast.Name(id="_halfpatch_Union", ctx=ast.Load()), slice=items, ctx=ast.Load())
+
+
+def _hints_with_pipes_as_unions(function: Callable[..., Any]) -> Dict[str, Any]:
+    """``typing.get_type_hints`` for string annotations written ``X | Y`` (kornia 0.8's, under
+    ``from __future__ import annotations``), which Python 3.9 cannot evaluate: each is rewritten
+    as ``Union[X, Y]`` and evaluated by ``get_type_hints`` itself, on a copy of the function, so
+    its rules (``None`` for ``type(None)``, Optional for a ``None`` default before 3.11) hold."""
+    annotations = dict(getattr(function, "__annotations__", {}) or {})
+    for name, annotation in annotations.items():
+        if isinstance(annotation, str) and "|" in annotation:
+            tree = _PipesToUnions().visit(ast.parse(annotation, mode="eval"))
+            annotations[name] = ast.unparse(ast.fix_missing_locations(tree))
+    copy = types.FunctionType(
+        function.__code__, function.__globals__, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__annotations__ = annotations
+    namespace = dict(function.__globals__)
+    namespace["_halfpatch_Union"] = typing.Union
+    return typing.get_type_hints(copy, globalns=namespace)
+
+
+# ``X | Y`` annotations evaluate to types.UnionType from Python 3.10 on; Python 3.9 has neither.
+_UNION_TYPE = getattr(types, "UnionType", None)
+
+
 def _is_union(annotation: Any) -> bool:
-    return typing.get_origin(annotation) is typing.Union or isinstance(annotation, types.UnionType)
+    if typing.get_origin(annotation) is typing.Union:
+        return True
+    return _UNION_TYPE is not None and isinstance(annotation, _UNION_TYPE)
 
 
 def classify(annotation: Any) -> str:

@@ -19,10 +19,13 @@ the duration of a probe (milliseconds, once per ``apply()``).
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from typing import Any, Callable, ContextManager, Iterator, List
 
 import torch
+
+from ._torch_compat import autocast_enabled_device_types, default_device_type
 
 # Device types whose autocast state a probe turns off. An unknown or unbuilt backend is skipped
 # (torch.amp.is_autocast_available answers for the ones this torch knows).
@@ -34,14 +37,9 @@ PROBE_SEED = 0
 
 
 def _autocast_enabled_device_types() -> List[str]:
-    found = []
-    for device_type in _AUTOCAST_DEVICE_TYPES:
-        try:
-            if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
-                found.append(device_type)
-        except (RuntimeError, TypeError, ValueError, AttributeError):
-            continue  # a torch without this device type or this API: nothing to turn off
-    return found
+    # Through _torch_compat: torch 2.1-2.3 has neither torch.amp.is_autocast_available nor a
+    # device-type argument to torch.is_autocast_enabled.
+    return autocast_enabled_device_types(list(_AUTOCAST_DEVICE_TYPES))
 
 
 @contextlib.contextmanager
@@ -110,12 +108,16 @@ def _default_dtype_float32() -> ContextManager[None]:
 
 @contextlib.contextmanager
 def _default_device_cpu() -> Iterator[None]:
-    get_device = getattr(torch, "get_default_device", None)
-    if get_device is None or get_device().type == "cpu":
+    try:
+        on_cpu = default_device_type() == "cpu"
+    except Exception:  # noqa: BLE001 - a default device whose factory call fails: not the CPU
+        on_cpu = False
+    if on_cpu:
         yield
         return
-    # torch.set_default_device installs a global device context below the mode stack; an inner
-    # ``torch.device`` context wins over it for factory calls without a device.
+    # torch.set_default_device installs a global device context (below the mode stack on recent
+    # torch, on it before); an inner ``torch.device`` context wins over it for factory calls
+    # without a device.
     with torch.device("cpu"):
         yield
 
@@ -207,19 +209,32 @@ def probe_state() -> Iterator[None]:
     (under ``python -W error`` a kornia deprecation warning would otherwise abort the probe).
     """
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_without_jit_tracing())
-        stack.enter_context(_without_dispatch_modes())
-        stack.enter_context(_without_torch_function_modes())
-        stack.enter_context(torch.inference_mode(False))
-        stack.enter_context(torch.enable_grad())
+        _enter(stack, _without_jit_tracing)
+        _enter(stack, _without_dispatch_modes)
+        _enter(stack, _without_torch_function_modes)
+        _enter(stack, lambda: torch.inference_mode(False))
+        _enter(stack, torch.enable_grad)
         for device_type in _autocast_enabled_device_types():
-            stack.enter_context(torch.autocast(device_type, enabled=False))
-        stack.enter_context(_default_dtype_float32())
-        stack.enter_context(_default_device_cpu())
-        stack.enter_context(_nondeterministic_allowed())
-        stack.enter_context(_float32_matmul_precision_highest())
+            _enter(stack, lambda: torch.autocast(device_type, enabled=False))
+        _enter(stack, _default_dtype_float32)
+        _enter(stack, _default_device_cpu)
+        _enter(stack, _nondeterministic_allowed)
+        _enter(stack, _float32_matmul_precision_highest)
         if torch.is_anomaly_enabled():
-            stack.enter_context(torch.autograd.set_detect_anomaly(False))
-        stack.enter_context(_private_random_stream())
-        stack.enter_context(_probe_warnings_ignored())
+            _enter(stack, lambda: torch.autograd.set_detect_anomaly(False))
+        _enter(stack, _private_random_stream)
+        _enter(stack, _probe_warnings_ignored)
         yield
+
+
+def _enter(stack: contextlib.ExitStack, make: Callable[[], ContextManager[Any]]) -> None:
+    """Enter one part of the probe state; a part this torch cannot set up is left out (logged),
+    so that ``apply()`` never raises from its isolation: a probe that then misreads the state
+    fails on its own and skips its fix, with a reason."""
+    try:
+        stack.enter_context(make())
+    except Exception as exc:  # noqa: BLE001 - the shim must not break the program it runs in
+        logging.getLogger("kornia_halfpatch").warning(
+            "probe isolation: %s could not be set up (%s: %s)", getattr(make, "__name__", make), type(exc).__name__, exc
+        )
+

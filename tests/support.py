@@ -14,6 +14,7 @@ from kornia_halfpatch._environment import parse_version
 
 KORNIA = parse_version(kornia.__version__)
 UPSTREAM_FIXED = KORNIA >= (0, 9, 0)
+TORCH = parse_version(torch.__version__)
 HALF_DTYPES = [torch.float16, torch.bfloat16]
 FULL_DTYPES = [torch.float32, torch.float64]
 
@@ -116,3 +117,46 @@ def expected_defaults(original):
     if original.__defaults__ is None and hasattr(original, "__wrapped__"):
         return inspect.unwrap(original).__defaults__
     return original.__defaults__
+
+
+def cpu_reports(flag: str) -> bool:
+    """Whether the CPU has ``flag``: torch's own report, or Linux's /proc/cpuinfo where torch has
+    no ``torch.cpu.get_capabilities`` (2.1-2.6)."""
+    if hasattr(torch.cpu, "get_capabilities"):
+        return bool(torch.cpu.get_capabilities().get(flag, False))
+    return cpuinfo_reports(flag)
+
+
+def cpuinfo_reports(flag: str) -> bool:
+    import platform
+
+    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        return any(line.startswith("flags") and flag in line.partition(":")[2].split() for line in cpuinfo)
+
+
+def autocast_state(device_type: str = "cpu"):
+    """(enabled, dtype) of autocast on ``device_type``, on every supported torch (2.1-2.3 have
+    per-device functions and no device-type argument)."""
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+    assert device_type == "cpu", "torch < 2.4: only the CPU state is read here"
+    return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+
+
+def factory_device() -> str:
+    """Where a factory call without ``device=`` allocates (``torch.get_default_device()`` is
+    absent before torch 2.3 and raises on 2.4-2.9 after ``set_default_device(None)``)."""
+    return str(torch.empty(0).device)
+
+
+# The error torch raises for a dtype its kernel does not implement: NotImplementedError on torch
+# 2.8 and 2.13 (measured), RuntimeError on 2.1-2.6 (NotImplementedError is a RuntimeError, so
+# the older expectation also accepts an unmeasured 2.7 either way).
+MISSING_KERNEL_ERROR = NotImplementedError if TORCH >= (2, 8) else RuntimeError
+
+
+def expect_missing_kernel_error(match=None):
+    """``pytest.raises`` for torch's "not implemented for 'Half'" on the installed torch."""
+    return pytest.raises(MISSING_KERNEL_ERROR, match=match)

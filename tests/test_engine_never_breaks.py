@@ -17,7 +17,16 @@ import kornia
 import kornia_halfpatch
 from kornia_halfpatch import _engine, testing
 from kornia_halfpatch._isolation import probe_state
-from support import UPSTREAM_FIXED, grid_module, inductor_compile, needs_old_kornia, run_python
+from support import (
+    UPSTREAM_FIXED,
+    autocast_state,
+    expected_defaults,
+    factory_device,
+    grid_module,
+    needs_old_kornia,
+    run_python,
+    same_signature,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,10 +40,10 @@ def torch_state():
     return {
         "grad": torch.is_grad_enabled(),
         "inference": torch.is_inference_mode_enabled(),
-        "autocast_cpu": torch.is_autocast_enabled("cpu"),
-        "autocast_cpu_dtype": torch.get_autocast_dtype("cpu"),
+        "autocast_cpu": autocast_state("cpu")[0],
+        "autocast_cpu_dtype": autocast_state("cpu")[1],
         "default_dtype": torch.get_default_dtype(),
-        "default_device": str(torch.get_default_device()),
+        "default_device": factory_device(),
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "anomaly": torch.is_anomaly_enabled(),
         "rng": torch.get_rng_state(),
@@ -137,6 +146,38 @@ def test_apply_in_an_unusual_torch_state_finds_what_a_clean_apply_finds(state):
         report = kornia_halfpatch.apply()
         assert statuses(report) == clean
         assert statuses(kornia_halfpatch.status()) == clean
+
+
+@needs_old_kornia
+def test_apply_after_the_default_device_was_set_and_unset_finds_what_a_clean_apply_finds():
+    # torch 2.4-2.9: after set_default_device(x) then set_default_device(None),
+    # torch.get_default_device() raises; the probes' isolation must not ask it.
+    kornia_halfpatch.revert()
+    clean = statuses(kornia_halfpatch.apply())
+    kornia_halfpatch.revert()
+    torch.set_default_device("meta")
+    torch.set_default_device(None)
+    assert factory_device() == "cpu"
+    report = kornia_halfpatch.apply()
+    assert statuses(report) == clean
+    assert statuses(kornia_halfpatch.status()) == clean
+
+
+@needs_old_kornia
+def test_a_part_of_the_probe_state_that_cannot_be_set_up_does_not_make_apply_raise(monkeypatch, caplog):
+    from kornia_halfpatch import _isolation
+
+    def broken():
+        raise RuntimeError("this torch cannot")
+
+    kornia_halfpatch.revert()
+    clean = statuses(kornia_halfpatch.apply())
+    kornia_halfpatch.revert()
+    monkeypatch.setattr(_isolation, "_default_device_cpu", broken)
+    with caplog.at_level(logging.WARNING, logger="kornia_halfpatch"):
+        report = kornia_halfpatch.apply()
+    assert statuses(report) == clean  # the caller's device is the CPU: nothing else differs
+    assert "this torch cannot" in caplog.text
 
 
 # --------------------------------------------------------------------------------------------

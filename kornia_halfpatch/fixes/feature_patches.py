@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
+from .._torch_compat import is_compiling
 from ..probe_inputs import laf_probe_inputs
 from ._common import like
 
@@ -64,9 +65,22 @@ LEVEL_WHILE_CURRENT_FITS = 1  # 0.8.3: level l exists when level l itself has mi
 # Shared helpers (TorchScript-compatible: extract_patches_simple is scriptable on every release)
 
 
+def _at_most_float32(dtype: torch.dtype) -> bool:
+    return dtype == torch.float32 or dtype == torch.float16 or dtype == torch.bfloat16
+
+
 def _sampling_dtype(image_dtype: torch.dtype, laf_dtype: torch.dtype) -> torch.dtype:
     # A float32 LAF keeps its sub-pixel precision on a half image; a half LAF (autocast
     # detector) is accepted with a float32 image; half sampling is never used.
+    # The floating pairs are answered by comparisons alone: dynamo before torch 2.4 cannot put
+    # torch.promote_types (a dtype, not a tensor) in a graph, and fullgraph compilation of the
+    # release's float32 path must keep working.
+    if _at_most_float32(image_dtype) and _at_most_float32(laf_dtype):
+        return torch.float32
+    if image_dtype == torch.float64 and (laf_dtype == torch.float64 or _at_most_float32(laf_dtype)):
+        return torch.float64
+    if laf_dtype == torch.float64 and _at_most_float32(image_dtype):
+        return torch.float64
     dtype = torch.promote_types(image_dtype, laf_dtype)
     if dtype == torch.float16 or dtype == torch.bfloat16:
         return torch.float32
@@ -158,9 +172,7 @@ def _float32_matmul_rounds_by_shape() -> bool:
     measured on 0.8.2): float32 inputs then go to the release itself, which is bitwise itself.
     Not under torch.compile: dynamo cannot read the setting without a graph break (and
     inductor rounds float32 its own way anyway)."""
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    if is_compiling is not None and is_compiling():
+    if is_compiling():
         return False
     return torch.get_float32_matmul_precision() != "highest"
 
@@ -169,9 +181,7 @@ def _is_static_graph_mode() -> bool:
     """True under torch.compile/export and jit.trace: no data-dependent shapes allowed there."""
     if torch.jit.is_tracing():
         return True
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    return bool(is_compiling()) if is_compiling is not None else False
+    return bool(is_compiling())
 
 
 def _release_path(original: Any) -> Any:

@@ -21,10 +21,11 @@ through a kornia-scoped ``torch.nn.functional.conv2d`` replacement (the engine's
 shared with warp_sampling's): a float16 CPU convolution with one input channel per group, two or
 more outputs and a side >= 15 runs in float32, narrowed once; every other call is torch's own.
 
-Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]`` (torch 2.13; an older
-torch without it counts as "no flag"). ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the
-choice (default ``auto``), so the workaround can be exercised on any CPU;
-``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides what the CPU reports (for tests).
+Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]``, or on a torch without
+it (2.4 and 2.6 hang all the same, measured) the flag in Linux's ``/proc/cpuinfo``.
+``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the choice (default ``auto``), so the
+workaround can be exercised on any CPU; ``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides what
+the CPU reports (for tests).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import torch
 from torch._jit_internal import BroadcastingList2
 
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
+from .._torch_compat import cpu_capabilities
 
 ENV_FP16_CONV_HANG = "KORNIA_HALFPATCH_FP16_CONV_HANG"
 ENV_AVX512_FP16 = "KORNIA_HALFPATCH_CPU_AVX512_FP16"
@@ -53,20 +55,15 @@ def large_kernel(kernel: torch.Tensor) -> bool:
 
 
 def cpu_has_avx512_fp16() -> bool:
-    """Whether the CPU reports avx512_fp16; ``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides
-    what it reports (for tests: a CPU without the flag, or with it, on any machine)."""
+    """Whether the CPU reports avx512_fp16: torch's report, or the kernel's flags on a torch
+    without torch.cpu.get_capabilities; ``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides what it
+    reports (for tests: a CPU without the flag, or with it, on any machine)."""
     raw = os.environ.get(ENV_AVX512_FP16, "").strip().lower()
     if raw in ("1", "yes", "true", "on"):
         return True
     if raw in ("0", "no", "false", "off"):
         return False
-    capabilities = getattr(torch.cpu, "get_capabilities", None)
-    if capabilities is None:
-        return False
-    try:
-        return bool(capabilities().get("avx512_fp16", False))
-    except Exception:  # noqa: BLE001 - a torch whose probe fails: no flag known
-        return False
+    return bool(cpu_capabilities().get("avx512_fp16", False))
 
 
 def mode() -> str:

@@ -116,7 +116,11 @@ def explain_absence() -> Finding:
     """kornia 0.7.0-0.8.2 have no Cramer helper; say why that is fine, or why it is not."""
     module_name, _, attribute = REFINEMENT_PATH.partition(":")
     _, _, refine = wrapt.resolve_path(module_name, attribute)
-    if refinement_backward_is_finite(refine):
+    # The check is about the solve; the refinement around it pads and convolves in float16,
+    # which torch before 2.2 has no CPU kernels for (replication_pad3d): refinement_backward_is_finite
+    # runs those widened, so that the check runs on every torch.
+    finite = refinement_backward_is_finite(refine)
+    if finite:
         return not_needed(
             "no Cramer-rule solver in this release (conv_quad_interp3d solves "
             "with safe_solve_with_mask in float32); float16 gradient finite on the probe"

@@ -35,12 +35,13 @@ import dataclasses
 import os
 import platform
 import weakref
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from .. import _environment as environment
 from .._model import Finding, Fix, Target, bug_present, not_needed
+from .._torch_compat import FUNCTIONAL_CALL_TRACEABLE, cpu_autocast_enabled, cpu_capabilities, is_compiling
 from .filters_conv_hang import cpu_has_avx512_fp16
 
 OPTION = "cpu_half"  # the apply() option (and KORNIA_HALFPATCH_CPU_HALF)
@@ -168,13 +169,7 @@ _requested: Optional[str] = None  # apply(cpu_half=...), set by configure()
 
 
 def _capabilities() -> Dict[str, Any]:
-    get = getattr(torch.cpu, "get_capabilities", None)
-    if get is None:
-        return {}
-    try:
-        return dict(get())
-    except Exception:  # noqa: BLE001 - a torch whose probe fails: nothing known
-        return {}
+    return cpu_capabilities()
 
 
 def _aarch64_has_fp16_arithmetic() -> bool:
@@ -190,6 +185,17 @@ def _aarch64_has_fp16_arithmetic() -> bool:
     return False
 
 
+def _torch_has_half_cpu_convolution() -> bool:
+    # torch 2.1 raises '"slow_conv2d_cpu" not implemented for 'Half'' whatever the CPU: native
+    # float16 is then no choice, the float32 path is the one that runs.
+    one = torch.ones(1, 1, 1, 1, dtype=torch.float16)
+    try:
+        torch.nn.functional.conv2d(one, one)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
 def cpu_native_half() -> Tuple[bool, str]:
     """(does this CPU compute float16 natively, why we think so): from reported capabilities,
     never from a timing. ``KORNIA_HALFPATCH_CPU_NATIVE_HALF`` overrides."""
@@ -198,6 +204,8 @@ def cpu_native_half() -> Tuple[bool, str]:
         return True, f"{ENV_NATIVE_HALF}={raw}"
     if raw in ("0", "no", "false", "off"):
         return False, f"{ENV_NATIVE_HALF}={raw}"
+    if not _torch_has_half_cpu_convolution():
+        return False, f"torch {torch.__version__} has no float16 CPU convolution"
     machine = platform.machine().lower()
     if machine in ("aarch64", "arm64"):
         found = _aarch64_has_fp16_arithmetic()
@@ -326,18 +334,38 @@ def float32_wanted(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[
         return False
     if _first_half_cpu_tensor(args) is None and _first_half_cpu_tensor(kwargs) is None:
         return False
-    parameter = next(module.parameters(), None)
+    if not FUNCTIONAL_CALL_TRACEABLE and is_compiling():
+        # The float32 path runs through torch.func.functional_call, which dynamo before torch
+        # 2.6 cannot trace: the compiled graph takes the release's float16 path (native float16
+        # arithmetic), so that what compiled unpatched still compiles.
+        return False
+    parameter = _first_parameter(module)
     if parameter is None or parameter.dtype != torch.float16 or parameter.device.type != "cpu":
         return False
     # Under CPU autocast the user chose the compute dtype: the release's path.
     return not _cpu_autocast_enabled()
 
 
+def _first_parameter(module: torch.nn.Module) -> Optional[torch.Tensor]:
+    """``next(module.parameters(), None)`` (the module's own parameters first, then its
+    children's, depth first) without a generator: dynamo before torch 2.9 cannot trace
+    ``next()`` on the generator ``parameters()`` returns, and a fullgraph compilation of the
+    network failed on this line only."""
+    for parameter in module._parameters.values():
+        if parameter is not None:
+            return parameter
+    for child in module._modules.values():
+        if child is not None:
+            found = _first_parameter(child)
+            if found is not None:
+                return found
+    return None
+
+
 def _cpu_autocast_enabled() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch < 2.4
-        return torch.is_autocast_cpu_enabled()
+    # Chosen once per torch (the argument appeared in torch 2.4): no exception handler in the
+    # path dynamo traces.
+    return cpu_autocast_enabled()
 
 
 def _widen(value: Any) -> Any:
@@ -385,6 +413,8 @@ def _state_key(tensors: Dict[str, torch.Tensor]) -> Optional[Tuple[Any, ...]]:
 def _widened_state(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     # Tied tensors (one Parameter under two names) stay one tensor; integer buffers
     # (num_batches_tracked) are the module's own, so BatchNorm's counter still advances.
+    if is_compiling():
+        return _widened_state_traced(tensors)
     widened: Dict[int, torch.Tensor] = {}
     state = {}
     for name, tensor in tensors.items():
@@ -397,9 +427,29 @@ def _widened_state(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     return state
 
 
+def _widened_state_traced(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    # As _widened_state, with tied tensors found by identity in a list: dynamo before torch 2.9
+    # cannot trace id() of a tensor (compiled once per graph, so the quadratic search is free).
+    widened: List[Tuple[torch.Tensor, torch.Tensor]] = []
+    state = {}
+    for name, tensor in tensors.items():
+        if tensor.dtype == torch.float16:
+            wide = None
+            for original, copy in widened:
+                if original is tensor:
+                    wide = copy
+            if wide is None:
+                wide = tensor.float()
+                widened.append((tensor, wide))
+            state[name] = wide
+        else:
+            state[name] = tensor
+    return state
+
+
 def _float32_state(module: torch.nn.Module, tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors.values())
-    if grad or torch.jit.is_tracing() or torch.compiler.is_compiling():
+    if grad or torch.jit.is_tracing() or is_compiling():
         # In the graph (gradients reach the float16 parameters; a trace or a compiled graph
         # records the casts instead of baking the copies in as constants).
         return _widened_state(tensors)

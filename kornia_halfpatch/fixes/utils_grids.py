@@ -5,8 +5,9 @@ each rounding, on a ``linspace`` ramp that is itself off by up to 1 ulp once ``s
 representable. Inductor fuses the chain in float32 and rounds once, so eager and compiled grids
 differ (bfloat16 width 300: 0.0117). Fix: for half dtypes, run the installed release's own
 float32 computation and narrow once; a float32 ramp of integers is exact, so every execution
-mode rounds the same float32 value once. float32/float64/integer grids call the original
-unchanged and stay bit-for-bit.
+mode rounds the same float32 value once (the ramp's quotient is taken in float64, see
+_normalized_ramp: inductor before torch 2.9 divides by a reciprocal). float32/float64/integer
+grids call the original unchanged and stay bit-for-bit.
 
 Pixel grids (``normalized_coordinates=False``) in half precision take kornia 0.9.0's ramp,
 ``arange`` in the half dtype, instead of the old half ``linspace``: once ``size - 1`` is not
@@ -21,7 +22,7 @@ wrappers that call a captured ``_create_meshgrid``; the engine rebinds that capt
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 
@@ -45,8 +46,63 @@ def _half_pixel_ramp(size: int, device: Optional[torch.device], dtype: torch.dty
     return torch.arange(size, device=device, dtype=dtype)
 
 
+# Largest side the float32 ramp below reproduces bit for bit: the release's float32 linspace
+# holds every index exactly up to 2**24, and the float64 quotient rounds to float32 correctly
+# while size - 1 < 2**27 (see _normalized_ramp).
+_EXACT_RAMP_SIDE = 2**24
+
+
+def _normalized_ramp(size: int, device: Optional[torch.device]) -> torch.Tensor:
+    """The release's float32 ramp ``(linspace(0, size - 1, size) / (size - 1) - 0.5) * 2``, bit
+    for bit, in every execution mode.
+
+    The release's division is one correctly rounded float32 quotient of two integers. Inductor
+    before torch 2.9 compiles CPU code with fast-math, which turns a division by the constant
+    ``size - 1`` into a multiplication by its rounded reciprocal: 1 ulp off in 3472 of 6000
+    elements (width 6000, torch 2.6), enough to flip 2 float16 roundings (0.00049). Here the
+    quotient is taken in float64 and rounded to float32: whether float64 divides or multiplies
+    by the reciprocal, its error (an ulp of 2**-53) stays far below the distance from ``i / d``
+    to the nearest float32 rounding boundary (at least 2**-25 / d relative, d < 2**27), so the
+    float32 result is the correctly rounded quotient, as the release's. ``- 0.5`` and ``* 2``
+    follow in float32 as in the release; scaling by 2 is exact, so no re-association or fused
+    multiply-add of those two changes a bit.
+    """
+    quotient = torch.arange(size, device=device, dtype=torch.float64) / (size - 1)
+    return (quotient.to(torch.float32) - 0.5) * 2
+
+
+def _float64_ramps_allowed(sizes: List[int], device: Optional[torch.device], largest: int = _EXACT_RAMP_SIDE) -> bool:
+    # MPS has no float64; sides past 2**24 are not exact integers in the release's ramp. (The
+    # bound is a default argument: TorchScript cannot read module-level ints.)
+    for size in sizes:
+        if size > largest:
+            return False
+    return torch.empty(0, device=device).device.type != "mps"
+
+
 def build_create_meshgrid(original: Any) -> Any:
     def create_meshgrid(
+        height: int,
+        width: int,
+        normalized_coordinates: bool = True,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> torch.Tensor:
+        grid_dtype = _grid_dtype(device, dtype)
+        if grid_dtype == torch.float16 or grid_dtype == torch.bfloat16:
+            if normalized_coordinates:
+                if _float64_ramps_allowed([height, width], device):
+                    xs = _normalized_ramp(width, device)
+                    ys = _normalized_ramp(height, device)
+                    grid = torch.stack(torch.meshgrid([xs, ys], indexing="ij"), dim=-1).permute(1, 0, 2).unsqueeze(0)
+                    return grid.to(grid_dtype)
+                return original(height, width, True, device, torch.float32).to(grid_dtype)
+            xs = _half_pixel_ramp(width, device, grid_dtype)
+            ys = _half_pixel_ramp(height, device, grid_dtype)
+            return torch.stack(torch.meshgrid([xs, ys], indexing="ij"), dim=-1).permute(1, 0, 2).unsqueeze(0)
+        return original(height, width, normalized_coordinates, device, grid_dtype)
+
+    def create_meshgrid_release_float32(
         height: int,
         width: int,
         normalized_coordinates: bool = True,
@@ -62,11 +118,39 @@ def build_create_meshgrid(original: Any) -> Any:
             return torch.stack(torch.meshgrid([xs, ys], indexing="ij"), dim=-1).permute(1, 0, 2).unsqueeze(0)
         return original(height, width, normalized_coordinates, device, grid_dtype)
 
-    return like(create_meshgrid, original)
+    if _ramp_is_the_releases(original, _ramps_2d):
+        return like(create_meshgrid, original)
+    create_meshgrid_release_float32.__name__ = "create_meshgrid"
+    return like(create_meshgrid_release_float32, original)
 
 
 def build_create_meshgrid3d(original: Any) -> Any:
     def create_meshgrid3d(
+        depth: int,
+        height: int,
+        width: int,
+        normalized_coordinates: bool = True,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> torch.Tensor:
+        grid_dtype = _grid_dtype(device, dtype)
+        if grid_dtype == torch.float16 or grid_dtype == torch.bfloat16:
+            if normalized_coordinates:
+                if _float64_ramps_allowed([depth, height, width], device):
+                    xs = _normalized_ramp(width, device)
+                    ys = _normalized_ramp(height, device)
+                    zs = _normalized_ramp(depth, device)
+                    grid = torch.stack(torch.meshgrid([zs, xs, ys], indexing="ij"), dim=-1)
+                    return grid.permute(0, 2, 1, 3).unsqueeze(0).to(grid_dtype)
+                return original(depth, height, width, True, device, torch.float32).to(grid_dtype)
+            xs = _half_pixel_ramp(width, device, grid_dtype)
+            ys = _half_pixel_ramp(height, device, grid_dtype)
+            zs = _half_pixel_ramp(depth, device, grid_dtype)
+            grid = torch.stack(torch.meshgrid([zs, xs, ys], indexing="ij"), dim=-1)
+            return grid.permute(0, 2, 1, 3).unsqueeze(0)
+        return original(depth, height, width, normalized_coordinates, device, grid_dtype)
+
+    def create_meshgrid3d_release_float32(
         depth: int,
         height: int,
         width: int,
@@ -85,7 +169,46 @@ def build_create_meshgrid3d(original: Any) -> Any:
             return grid.permute(0, 2, 1, 3).unsqueeze(0)
         return original(depth, height, width, normalized_coordinates, device, grid_dtype)
 
-    return like(create_meshgrid3d, original)
+    if _ramp_is_the_releases(original, _ramps_3d):
+        return like(create_meshgrid3d, original)
+    create_meshgrid3d_release_float32.__name__ = "create_meshgrid3d"
+    return like(create_meshgrid3d_release_float32, original)
+
+
+# Sides whose float32 quotients i / (size - 1) are inexact (and 1: 0/0, 2: exact ends).
+_RAMP_CHECK_SIDES = (1, 2, 3, 7, 300, 1000, 6000)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+
+
+def _ramp_is_the_releases(original: Any, axes: Any) -> bool:
+    """Whether _normalized_ramp is bit for bit the installed release's float32 ramp on every
+    axis (NaN included), on sides with inexact quotients. ``axes(original, size)`` returns the
+    release's ramps of that size. If not, half normalized grids narrow the release's own float32
+    grid (eager and compiled then differ where inductor's arithmetic does)."""
+    for size in _RAMP_CHECK_SIDES:
+        expected = _normalized_ramp(size, torch.device("cpu"))
+        for ramp in axes(original, size):
+            if not _same_bits(ramp, expected):
+                return False
+    return True
+
+
+def _ramps_2d(original: Any, size: int) -> List[torch.Tensor]:
+    cpu = torch.device("cpu")
+    xs = original(1, size, True, cpu, torch.float32)[0, 0, :, 0]
+    ys = original(size, 1, True, cpu, torch.float32)[0, :, 0, 1]
+    return [xs, ys]
+
+
+def _ramps_3d(original: Any, size: int) -> List[torch.Tensor]:
+    cpu = torch.device("cpu")
+    zs = original(size, 1, 1, True, cpu, torch.float32)[0, :, 0, 0, 0]
+    xs = original(1, 1, size, True, cpu, torch.float32)[0, 0, 0, :, 1]
+    ys = original(1, size, 1, True, cpu, torch.float32)[0, 0, :, 0, 2]
+    return [zs, xs, ys]
 
 
 def probe(originals: Sequence[Any]) -> Finding:

@@ -51,6 +51,7 @@ import torch
 
 from .. import _environment as environment
 from .._model import SCOPE_EVERYWHERE, SCOPE_KORNIA, Finding, Fix, Target, bug_present, not_needed
+from .._torch_compat import is_compiling
 
 # --------------------------------------------------------------------------------------------
 # Which workaround: torch version facts (docs/fixes/warp_sampling.md), read once at import
@@ -282,30 +283,62 @@ ALIGN_CORNERS_WARNING = (
 )
 
 
+# The stacklevel torch's grid_sample gives its align_corners warning, read from its source by
+# build_grid_sample: 2 on torch 2.13 (the caller's line), none (1: torch's own line) on 2.1-2.8.
+_align_corners_stacklevel = 2
+
+
+def _warning_stacklevel(function: Any) -> int:
+    """The ``stacklevel`` of the ``warnings.warn`` call that carries ALIGN_CORNERS_WARNING in
+    ``function``'s source (1 when it gives none); 2 when the source cannot be read."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return 2
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn"):
+            continue
+        texts = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        if not any("align_corners" in text for text in texts):
+            continue
+        for keyword in node.keywords:
+            if keyword.arg == "stacklevel":
+                return keyword.value.value if isinstance(keyword.value, ast.Constant) else 2
+        return 1
+    return 2
+
+
 @torch.jit.ignore
 def _warned_align_corners_default(input: torch.Tensor, grid: torch.Tensor, mode: str, padding_mode: str) -> bool:
-    """torch's grid_sample warns about ``align_corners=None`` with ``stacklevel=2``: at its
-    caller's line. Called through this replacement, its caller is this module, so the warning
-    moved out of kornia's line (and out of filters by module and the once-per-location
+    """Where torch's grid_sample warns about ``align_corners=None`` with ``stacklevel=2`` (at its
+    caller's line: torch 2.13), called through this replacement its caller is this module, so the
+    warning moved out of kornia's line (and out of filters by module and the once-per-location
     registry). The replacement warns first, at its own caller's line, as torch does, and passes
     ``align_corners=False`` on (torch's value after its warning). Only where torch would warn:
     valid mode and padding (torch raises first otherwise), no ``__torch_function__`` override
-    (torch dispatches first), eager (TorchScript and dynamo keep torch's own behaviour)."""
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    if is_compiling is not None and is_compiling():
+    (torch dispatches first), eager (TorchScript and dynamo keep torch's own behaviour).
+    Where torch warns at its own line (no stacklevel: torch 2.1-2.8), ``None`` goes on to torch,
+    which warns from the very line it warns from unpatched."""
+    if _align_corners_stacklevel < 2:
+        return False
+    if is_compiling():
         return False
     if mode not in ("bilinear", "nearest", "bicubic") or padding_mode not in ("zeros", "border", "reflection"):
         return False
     if torch.overrides.has_torch_function_variadic(input, grid):
         return False
-    # stacklevel 3: this helper, the replacement, then the line that called grid_sample.
-    warnings.warn(ALIGN_CORNERS_WARNING, stacklevel=3)
+    # One more level than torch's: this helper sits between the replacement and its caller.
+    warnings.warn(ALIGN_CORNERS_WARNING, stacklevel=_align_corners_stacklevel + 1)
     return True
 
 
 def build_grid_sample(original: Any) -> Any:
-    global _active
+    global _active, _align_corners_stacklevel
+    _align_corners_stacklevel = _warning_stacklevel(original)
     workaround = choose_workaround()  # the probe, if one is needed, runs here: in apply()
     _active = workaround
     sample = build_safe_sample(original)
