@@ -971,6 +971,12 @@ def _gate(
     ``given``: the apply() options configured into the fix."""
     if kornia_version is None:
         return None, Finding(Verdict.PENDING, "kornia is not installed")
+    torch_version = environment.torch_version()
+    if torch_version is not None and environment.parse_version(torch_version) < environment.OLDEST_TORCH:
+        oldest = ".".join(map(str, environment.OLDEST_TORCH))
+        return None, Finding(
+            Verdict.UNSUPPORTED, f"unsupported torch {torch_version}: kornia-halfpatch is tested on torch >= {oldest}"
+        )
     version = environment.parse_version(kornia_version)
     if version >= environment.parse_version(fix.upstream):
         return None, Finding(Verdict.UPSTREAM, f"already fixed upstream (kornia {kornia_version} >= {fix.upstream})")

@@ -50,6 +50,11 @@ def installed_version(distribution: str) -> Optional[str]:
         return None
 
 
+# The oldest torch CI tests (tox.ini's torch21 stack); pyproject.toml's bound says the same. On an
+# older torch every fix is skipped as unsupported rather than patched untested.
+OLDEST_TORCH = (2, 1, 0)
+
+
 def kornia_version() -> Optional[str]:
     return installed_version("kornia")
 

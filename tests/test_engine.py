@@ -277,6 +277,19 @@ def test_unknown_release_is_patched_only_when_the_probe_confirms_the_bug(monkeyp
 
 
 @needs_old_kornia
+def test_a_torch_older_than_the_oldest_tested_is_refused_with_a_reason(monkeypatch):
+    monkeypatch.setattr(_environment, "torch_version", lambda: "2.0.1")
+    with testing.isolated(only=()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = kornia_halfpatch.apply(only=["utils_grids"])
+        status = report.fixes["utils_grids"]
+        assert not status.applied
+        assert status.reason == "unsupported torch 2.0.1: kornia-halfpatch is tested on torch >= 2.1.0", status
+        assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
+
+
+@needs_old_kornia
 def test_a_target_with_another_shape_is_skipped_with_a_warning(monkeypatch):
     from kornia_halfpatch.fixes import utils_grids as meshgrid
 
