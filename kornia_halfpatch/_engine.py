@@ -415,6 +415,23 @@ def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str]) -
     return {attribute: known[attribute] for attribute in attributes}
 
 
+# id(namespace) -> (namespace, the attribute names read, those its code reaches by a route):
+# the test most kornia modules fail in every install and revert, kept across passes.
+_reaching_cache: Dict[int, Tuple[Dict[str, Any], Set[str], FrozenSet[str]]] = {}
+
+
+def _reaches_any(namespace: Dict[str, Any], entries: List["_Installed"]) -> bool:
+    """Whether the code of a module reaches any of the entries' attributes by some route."""
+    cached = _reaching_cache.get(id(namespace))
+    if cached is None or cached[0] is not namespace or any(entry.attribute not in cached[1] for entry in entries):
+        attributes = _current_pass().scoped_names() | {entry.attribute for entry in entries}
+        routes = _routes_by_attribute(namespace, attributes)
+        cached = (namespace, attributes, frozenset(name for name, found in routes.items() if found))
+        _reaching_cache[id(namespace)] = cached
+    reached = cached[2]
+    return bool(reached) and any(entry.attribute in reached for entry in entries)
+
+
 def _attribute_routes(namespace: Dict[str, Any], attribute: str) -> Routes:
     return _routes_by_attribute(namespace, (attribute,))[attribute]
 
@@ -586,9 +603,9 @@ def _refresh_views(
     bindings = _view_bindings.get(id(module), {})
     if not entries and not bindings:
         return []
-    routes = _current_pass().routes(namespace, entries) if entries else {}
-    if not bindings and not any(routes.get(entry.attribute) for entry in entries):
+    if not bindings and not _reaches_any(namespace, entries):
         return []  # most kornia modules: their code reaches no scoped original, and holds no view
+    routes = _current_pass().routes(namespace, entries) if entries else {}
     # The real module behind each global (a global holding our view stands for what it replaced).
     real: Dict[str, Any] = {}
     for name, binding in list(bindings.items()):
