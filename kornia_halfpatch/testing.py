@@ -54,9 +54,18 @@ def _option_groups(
     return groups
 
 
-def _restore(snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]]) -> None:
-    applied, options, statuses = snapshot
+def _installed_originals() -> List[Any]:
+    """What the installed fixes replace: what re-applying them looks up."""
     with _engine._lock:
+        return [entry.original for entries in _engine._installed.values() for entry in entries]
+
+
+def _restore(
+    snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]], originals: Iterable[Any] = ()
+) -> None:
+    applied, options, statuses = snapshot
+    # One scan of the modules for the revert and every apply (no user code runs between them).
+    with _engine._lock, _engine._one_index(originals):
         _engine.revert()
         for names, given in _option_groups(applied, options):
             _engine.apply(only=names, **given)
@@ -72,10 +81,11 @@ def preserved() -> Iterator[None]:
     """Whatever the block applies or reverts, the shim is as before afterwards: the same fixes,
     with the same options, and the same statuses for the others."""
     snapshot = _snapshot()
+    originals = _installed_originals()
     try:
         yield
     finally:
-        _restore(snapshot)
+        _restore(snapshot, originals)
 
 
 @contextlib.contextmanager
@@ -83,9 +93,10 @@ def isolated(only: Optional[Iterable[str]] = None, **options: Any) -> Iterator[R
     """Exactly the ``only`` fixes applied (every needed one if ``None``; none for ``()``) for the
     block, configured by ``options``; the previous state restored afterwards."""
     with preserved():
-        _engine.revert()
-        chosen = tuple(only) if only is not None else None
-        report = _engine.apply(only=chosen, **options) if chosen != () else _engine.status()
+        with _engine._one_index():  # one scan of the modules for the revert and the apply
+            _engine.revert()
+            chosen = tuple(only) if only is not None else None
+            report = _engine.apply(only=chosen, **options) if chosen != () else _engine.status()
         yield report
 
 
