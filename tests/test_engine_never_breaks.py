@@ -23,6 +23,7 @@ from support import (
     expected_defaults,
     factory_device,
     grid_module,
+    inductor_compile,
     needs_old_kornia,
     run_python,
     same_signature,
