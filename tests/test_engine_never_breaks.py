@@ -20,13 +20,11 @@ from kornia_halfpatch._isolation import probe_state
 from support import (
     UPSTREAM_FIXED,
     autocast_state,
-    expected_defaults,
     factory_device,
     grid_module,
     inductor_compile,
     needs_old_kornia,
     run_python,
-    same_signature,
 )
 
 
