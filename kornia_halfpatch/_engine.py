@@ -974,6 +974,12 @@ def _install(
             else:
                 if inspect.isclass(parent):
                     entry.inherited = attribute not in parent.__dict__
+                    if entry.inherited:
+                        # The base class keeps its own function under the original's qualified
+                        # name: this class's copy is named after this class, so that pickle (by
+                        # reference) finds it where it is installed.
+                        replacement.__module__ = parent.__module__
+                        replacement.__qualname__ = f"{parent.__qualname__}.{attribute}"
                 setattr(parent, attribute, replacement)
                 if inspect.isclass(parent):
                     _forget_torchscript_class(parent)
