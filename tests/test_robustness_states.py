@@ -136,6 +136,12 @@ def problems_of(case, control, clean, clean_control):
         broken_by_state = control["checks"].get(check) != control_of_clean(check)
         if imports_in_state and broken_by_state and got == control["checks"].get(check):
             continue
+        # The same, where the release stops at a half kernel this torch lacks (the patched
+        # kornia goes past it): the control run past those kernels shows the state's effect.
+        past = control.get("checks_past_missing_kernels", {}).get(check)
+        clean_past = clean_control.get("checks_past_missing_kernels", {}).get(check)
+        if imports_in_state and past != clean_past and got == past:
+            continue
         problems.append(f"{check} does not work after the state: {got}")
     return problems
 

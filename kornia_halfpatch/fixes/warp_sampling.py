@@ -394,6 +394,11 @@ def _dtypes_kornia_hands_to_grid_sample(grid_sample: Any) -> list:
 
     from kornia.geometry.transform import warp_affine
 
+    from .._engine import get_original
+
+    # The release's own warp_affine: warp_geometry's replacement samples in float32 whatever the
+    # release does, which would pass for a kornia that needs no widening.
+    warp_affine = get_original(warp_affine)
     seen = []
 
     class Record(TorchFunctionMode):
