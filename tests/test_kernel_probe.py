@@ -167,12 +167,6 @@ OP_CALLS = {
         (lambda op, d: op(_image(d, (1, 2, 3, 4, 4)), [1, 1, 1, 1, 1, 1], mode="replicate"),
          lambda d: F.pad(_image(d, (1, 2, 3, 4, 4)), [1, 1, 1, 1, 1, 1], mode="replicate")),
     ],
-    "torch.nn.functional:conv2d": [
-        (lambda op, d: op(_image(d), torch.ones(3, 1, 3, 3, dtype=d) / 8, None, 1, 0, 1, 3),
-         lambda d: F.conv2d(_image(d), torch.ones(3, 1, 3, 3, dtype=d) / 8, groups=3)),
-        (lambda op, d: op(_image(d), _image(d, (2, 3, 3, 3)), _image(d, (2,)), stride=2, padding=1),
-         lambda d: F.conv2d(_image(d), _image(d, (2, 3, 3, 3)), _image(d, (2,)), stride=2, padding=1)),
-    ],
     "torch.nn.functional:conv3d": [
         (lambda op, d: op(_image(d, (1, 2, 4, 6, 6)), _image(d, (3, 2, 3, 3, 3)), None, [1, 1, 1], [1, 1, 1], [1, 1, 1], 1),
          lambda d: F.conv3d(_image(d, (1, 2, 4, 6, 6)), _image(d, (3, 2, 3, 3, 3)), padding=1)),

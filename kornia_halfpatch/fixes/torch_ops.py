@@ -354,7 +354,6 @@ def _kernels_of(target: Target) -> Tuple[str, ...]:
 
 PAD_KERNELS = ("replication_pad1d", "replication_pad2d", "replication_pad3d",
                "reflection_pad1d", "reflection_pad2d", "reflection_pad3d")
-CONV2D_KERNELS = ("conv2d",)
 INTERPOLATE_KERNELS = ("upsample_nearest2d", "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
                        "adaptive_avg_pool2d")
 
@@ -425,10 +424,6 @@ def _kernel_op(path: str, kernels: Tuple[str, ...], parameters: str, returns: st
 
 
 TENSOR = "torch.Tensor"
-CONV2D_PARAMETERS = ("input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, "
-                     "stride: BroadcastingList2[int] = 1, padding: BroadcastingList2[int] = 0, "
-                     "dilation: BroadcastingList2[int] = 1, groups: int = 1")
-
 CONV3D_PARAMETERS = ("input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, "
                      "stride: BroadcastingList3[int] = 1, padding: BroadcastingList3[int] = 0, "
                      "dilation: BroadcastingList3[int] = 1, groups: int = 1")
@@ -440,11 +435,6 @@ KERNEL_TARGETS = (
                "replicate/reflect padding (filter2d, box_blur, sobel, pyramids, Harris/Hessian, SIFT) has no half CPU "
                "kernel in older torch: padded in float32 and narrowed, bitwise the half padding (a copy)",
                condition="mode != 'constant'"),
-    _kernel_op("torch.nn.functional:conv2d", CONV2D_KERNELS, CONV2D_PARAMETERS, TENSOR,
-               "input, weight, bias, stride, padding, dilation, groups",
-               "input.float(), _w(weight), None if bias is None else _w(bias), stride, padding, dilation, groups",
-               "conv2d (slow_conv2d_cpu: filter2d, sharpness, blur_pool2d) has no float16 CPU kernel in older torch: "
-               "the float32 convolution, narrowed once"),
     _kernel_op("torch.nn.functional:conv3d", ("conv3d",), CONV3D_PARAMETERS, TENSOR,
                "input, weight, bias, stride, padding, dilation, groups",
                "input.float(), _w(weight), None if bias is None else _w(bias), stride, padding, dilation, groups",
@@ -486,9 +476,6 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.geometry.conversions:euler_from_quaternion",
          "Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu: So3/Se3 to Euler angles): the angles in "
          "float32, narrowed once", "quaternion_components", kernels=("atan2",)),
-    _row("kornia.geometry.conversions:normalize_homography",
-         "the 3x3 products (@: bmm) have no float16 CPU kernel in older torch: the normalised homography in "
-         "float32, narrowed once", "homography_normalization_call", kernels=("bmm", "mm")),
     _row("kornia.geometry.epipolar.fundamental:compute_correspond_epilines",
          "F @ points (bmm) has no float16 CPU kernel in older torch: the epipolar lines in float32, narrowed once",
          "epiline_call", kernels=("bmm", "mm")),
