@@ -73,6 +73,7 @@ def test_half_grid_is_installed_float32_grid_narrowed_once(grids, dtype):
     assert bitwise_equal(create_meshgrid3d(3, 4, 300, True, CPU, dtype), expected)
 
 
+@needs_old_kornia
 def test_the_float32_ramp_of_half_grids_is_the_releases_bit_for_bit():
     # Half normalized grids narrow a float32 ramp whose quotient is taken in float64 (so that
     # inductor's reciprocal multiplication cannot change it): it must be the release's ramp.
