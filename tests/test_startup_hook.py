@@ -178,9 +178,23 @@ def test_launcher_keeps_the_users_disable_switch():
 
 def test_launcher_reports_a_missing_command_and_usage():
     missing = launch("--", "no-such-command-kornia-halfpatch")
-    assert missing.returncode == 127 and "command not found" in missing.stderr
-    usage = launch()
-    assert usage.returncode == 2 and "usage: kornia-halfpatch run" in usage.stderr
+    assert missing.returncode == 127, missing.stderr
+    assert "kornia-halfpatch run: command not found: no-such-command-kornia-halfpatch" in missing.stderr
+    for nothing in ((), ("--",), ("--", "")):
+        usage = launch(*nothing)
+        assert usage.returncode == 2, (nothing, usage.stderr)
+        assert "kornia-halfpatch run: no command given" in usage.stderr, (nothing, usage.stderr)
+        assert "usage: kornia-halfpatch run" in usage.stderr, (nothing, usage.stderr)
+        assert usage.stdout == "", (nothing, usage.stdout)
+
+
+def test_launcher_reports_a_command_it_cannot_execute(tmp_path):
+    not_executable = tmp_path / "data.txt"
+    not_executable.write_text("not a program\n")
+    for target in (tmp_path, not_executable):  # a directory; a file without the executable bit
+        result = launch("--", str(target))
+        assert result.returncode == 126, (target, result.stderr)
+        assert "kornia-halfpatch run: " in result.stderr and str(target) in result.stderr, result.stderr
 
 
 # --------------------------------------------------------------------------------------------
