@@ -149,6 +149,45 @@ def test_hook_applies_right_after_kornia_is_imported_and_user_bindings_are_patch
     assert patched == str(applies and not UPSTREAM_FIXED), result.stdout + result.stderr
 
 
+@needs_installed_hook
+def test_hook_survives_a_look_up_of_kornia_before_its_import():
+    # "Is kornia installed?" (importlib.util.find_spec, as libraries and engines ask it) returns a
+    # spec without importing; the import that follows must still be patched.
+    code = (
+        "import importlib.util, sys; assert importlib.util.find_spec('kornia') is not None; "
+        "assert 'kornia' not in sys.modules and 'kornia_halfpatch' not in sys.modules; "
+        "from kornia.feature import SOSNet; shim = sys.modules.get('kornia_halfpatch'); "
+        "print(shim is not None, shim is not None and shim.is_patched(SOSNet.forward), "
+        "any(type(f).__name__ == '_ApplyWhenKorniaIsImported' for f in sys.meta_path))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environment(KORNIA_HALFPATCH_AUTO="1"), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported, patched, finder_left = result.stdout.split()
+    assert imported == "True", result.stdout + result.stderr
+    assert patched == str(not UPSTREAM_FIXED), result.stdout + result.stderr
+    assert finder_left == "False", result.stdout  # gone once kornia was imported
+
+
+@needs_installed_hook
+def test_hook_never_breaks_a_process_that_does_not_import_kornia():
+    # A worker with the variable set that never imports kornia: its own imports, a look-up of
+    # kornia, a module that does not exist, and a clean exit; nothing of the shim imported.
+    code = (
+        "import importlib.util, json, sys, sqlite3, email.mime.text; "
+        "importlib.util.find_spec('kornia'); "
+        "exec('try:\\n import no_such_module_khp\\nexcept ImportError: pass'); "
+        "print(json.dumps(sorted(m for m in ('kornia', 'kornia_halfpatch', 'torch', 'wrapt') if m in sys.modules)))"
+    )
+    for settings in ({"KORNIA_HALFPATCH_AUTO": "1"}, {"KORNIA_HALFPATCH_AUTO": "1", "KORNIA_HALFPATCH_DISABLE": "1"}):
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=environment(**settings), capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0 and result.stderr == "", (settings, result.stderr[-3000:])
+        assert json.loads(result.stdout) == [], (settings, result.stdout)
+
+
 # --------------------------------------------------------------------------------------------
 # The launcher itself (no hook needed)
 
