@@ -2,6 +2,7 @@
 
     torchrun --nproc-per-node 2 ... cluster_jobs.py torchrun OUT_DIR
     python cluster_jobs.py dask OUT.json
+    python cluster_jobs.py dask-cli OUT.json
     python cluster_jobs.py ray OUT.json
 
 Every worker runs :func:`half_step` on its batches: ``kornia.enhance.zca_whiten`` in float16 on
@@ -168,6 +169,54 @@ def dask_job(out: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Dask from the command line: `dask scheduler`, and two `dask worker` processes as on two hosts,
+# one started with the documented prefix and one without
+
+
+def dask_cli_job(out: str) -> None:
+    import subprocess
+    import time
+
+    from distributed import Client
+
+    scheduler_file = Path(out).with_name("scheduler.json")
+    bin_dir = Path(sys.executable).parent
+    loopback = ["--host", "127.0.0.1", "--no-dashboard"]
+    processes = [
+        subprocess.Popen([str(bin_dir / "dask"), "scheduler", "--port", "0", "--scheduler-file", str(scheduler_file), *loopback])
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() or not scheduler_file.read_text().strip():
+            if time.monotonic() > deadline or processes[0].poll() is not None:
+                raise RuntimeError("the scheduler did not start")
+            time.sleep(0.2)
+        time.sleep(0.2)  # the file is written whole, but give it a moment
+        address = json.loads(scheduler_file.read_text())["address"]
+        worker = ["dask", "worker", address, "--nworkers", "1", "--nthreads", "1", "--death-timeout", "60", *loopback]
+        # docs/usage.md: kornia-halfpatch run -- dask worker tcp://scheduler:8786
+        processes.append(subprocess.Popen(["kornia-halfpatch", "run", "--", *worker, "--name", "launched"]))
+        processes.append(subprocess.Popen([*worker, "--name", "plain"]))
+        with Client(address, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=120)
+            names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
+            results = {
+                "no_kornia": {names[a]: r for a, r in client.run(no_kornia_step).items()},
+                "every_worker": {names[a]: r for a, r in client.run(half_step, 0).items()},
+            }
+            client.shutdown()  # the scheduler and the workers
+        results["driver_imported_kornia"] = "kornia" in sys.modules
+        Path(out).write_text(json.dumps(results))
+    finally:
+        for process in reversed(processes):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.terminate()
+                process.wait(timeout=30)
+
+
+# --------------------------------------------------------------------------------------------
 # Ray: a local cluster (worker processes), a remote task over batches and an actor
 
 
@@ -212,4 +261,4 @@ def ray_job(out: str) -> None:
 
 if __name__ == "__main__":
     engine, target = sys.argv[1], sys.argv[2]
-    {"torchrun": torchrun_job, "dask": dask_job, "ray": ray_job}[engine](target)
+    {"torchrun": torchrun_job, "dask": dask_job, "dask-cli": dask_cli_job, "ray": ray_job}[engine](target)

@@ -46,6 +46,7 @@ DASK_PLUGIN_LINES = (
     "        kornia_halfpatch.apply()",
 )
 DASK_PLUGIN_REGISTRATION = "client.register_plugin(ApplyKorniaHalfpatch())"
+DASK_WORKER_LINE = "kornia-halfpatch run -- dask worker"
 
 FIXED = "equals float32 narrowed"
 BROKEN = 'NotImplementedError: "linalg_svd_cpu" not implemented for \'Half\''
@@ -190,8 +191,9 @@ def assert_float32_identical(*runs: list) -> None:
 def test_usage_doc_gives_the_lines_these_tests_run():
     doc = USAGE_DOC.read_text()
     jobs = JOBS.read_text()
-    for line in (TORCHRUN_LINE, RAY_LINE, DASK_LOCAL_LINE, DASK_PLUGIN_REGISTRATION, *DASK_PLUGIN_LINES):
+    for line in (TORCHRUN_LINE, RAY_LINE, DASK_LOCAL_LINE, DASK_WORKER_LINE, DASK_PLUGIN_REGISTRATION, *DASK_PLUGIN_LINES):
         assert line in doc, line
+    assert '["kornia-halfpatch", "run", "--", *worker' in jobs and 'worker = ["dask", "worker", address' in jobs
     for line in (RAY_LINE, *DASK_PLUGIN_LINES):
         assert line in jobs, line
     # The driver sets the variable with exactly the documented statement, before the cluster.
@@ -301,6 +303,22 @@ def test_dask_worker_plugin_applies_the_shim_in_running_workers(dask_runs):
     assert all(report["kornia_imported_before"] for report in result["batches_after_plugin"])
     assert {report["pid"] for report in result["batches_after_plugin"]} <= {report["pid"] for report in result["every_worker"]}
     assert_float32_identical(result["batches"], result["batches_after_plugin"])
+
+
+@cluster_test
+def test_dask_worker_started_by_the_launcher_applies_the_shim_beside_one_that_was_not(tmp_path):
+    # Two `dask worker` commands against one `dask scheduler`, as on two hosts: the one started
+    # with the documented prefix is fixed, the other (no variable in its environment) is not.
+    require_engine("distributed")
+    command = [sys.executable, str(JOBS), "dask-cli", str(tmp_path / "dask-cli.json")]
+    run_bounded(command, environment(), tmp_path, timeout=300)
+    result = json.loads((tmp_path / "dask-cli.json").read_text())
+    assert set(result["every_worker"]) == {"launched", "plain"} and not result["driver_imported_kornia"]
+    assert_fixed([result["every_worker"]["launched"]])
+    assert_broken([result["every_worker"]["plain"]])
+    assert_hook_left_alone([result["no_kornia"]["launched"]], waiting=True)
+    assert_hook_left_alone([result["no_kornia"]["plain"]], waiting=False)
+    assert_float32_identical([result["every_worker"]["launched"]], [result["every_worker"]["plain"]])
 
 
 # --------------------------------------------------------------------------------------------
