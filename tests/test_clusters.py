@@ -4,7 +4,10 @@ Each engine runs tests/cluster_jobs.py three ways: without the variable (every w
 float16 step), with the line docs/usage.md gives (every worker's float16 result equals its float32
 result narrowed, computed in the same worker), and with that line plus
 ``KORNIA_HALFPATCH_DISABLE=1`` (the kill switch wins: every worker fails again). The float32
-results are the same, bit for bit, with and without the shim. Engines bind to the loopback
+results are the same, bit for bit, with and without the shim. Dask also: workers already running
+without the variable, fixed by the documented worker plugin; and `dask worker` commands as on two
+hosts, one started with the documented prefix. Before any task imports kornia, every worker is
+checked to have imported nothing of the shim (with the variable set, only the hook's own module). Engines bind to the loopback
 interface, every run is bounded in time, and every process a run started is gone when it ends
 (checked; stragglers are killed and fail the test).
 
