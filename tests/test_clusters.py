@@ -19,6 +19,7 @@ clusters`) a missing engine fails instead. torchrun comes with torch.
 import importlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -339,7 +340,9 @@ def ray_runs(tmp_path_factory):
             # Ray's session files (sockets, logs) in a short directory of this run's own.
             ray_temp = tempfile.mkdtemp(prefix="khp-ray-")
             try:
-                settings = {"CLUSTER_JOBS_RAY_TEMP_DIR": ray_temp}
+                # Ray's token authentication stays on, with a token of this run's own: without one,
+                # ray.init() of a new local cluster writes ~/.ray/auth_token.
+                settings = {"CLUSTER_JOBS_RAY_TEMP_DIR": ray_temp, "RAY_AUTH_TOKEN": secrets.token_hex(32)}
                 if setting != "unset":
                     settings["CLUSTER_JOBS_RAY_RUNTIME_ENV"] = "1"
                 if setting == "disable":
