@@ -248,12 +248,21 @@ def ray_job(out: str) -> None:
 
         actor = HalfStepActor.remote()
         actor_batches = ray.get([actor.run.remote(batch) for batch in range(2)], timeout=300)
+        disabled = []
+        if os.environ.get("CLUSTER_JOBS_RAY_RUNTIME_ENV") == "1":
+            # The kill switch in a task's own runtime_env: Ray runs it in workers started with
+            # that environment, never in the job's patched ones.
+            switched_off = step.options(
+                runtime_env={"env_vars": {"KORNIA_HALFPATCH_AUTO": "1", "KORNIA_HALFPATCH_DISABLE": "1"}}
+            )
+            disabled = ray.get([switched_off.remote(batch) for batch in range(2)], timeout=300)
     finally:
         ray.shutdown()
     results = {
         "no_kornia": untouched,
         "batches": batches,
         "actor": actor_batches,
+        "disabled_in_runtime_env": disabled,
         "driver_imported_kornia": "kornia" in sys.modules,
     }
     Path(out).write_text(json.dumps(results))

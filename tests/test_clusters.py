@@ -345,8 +345,6 @@ def ray_runs(tmp_path_factory):
                 settings = {"CLUSTER_JOBS_RAY_TEMP_DIR": ray_temp, "RAY_AUTH_TOKEN": secrets.token_hex(32)}
                 if setting != "unset":
                     settings["CLUSTER_JOBS_RAY_RUNTIME_ENV"] = "1"
-                if setting == "disable":
-                    settings["KORNIA_HALFPATCH_DISABLE"] = "1"
                 command = [sys.executable, str(JOBS), "ray", str(out / "ray.json")]
                 run_bounded(command, environment(**settings), out, timeout=300, marker=ray_temp)
             finally:
@@ -358,12 +356,21 @@ def ray_runs(tmp_path_factory):
 
 
 @cluster_test
-@pytest.mark.parametrize("setting", ["unset", "disable"], ids=["unset", "disable-wins"])
-def test_ray_workers_fail_in_half_without_the_shim(ray_runs, setting):
-    result = ray_runs(setting)
+def test_ray_workers_fail_in_half_without_the_shim(ray_runs):
+    result = ray_runs("unset")
     assert not result["driver_imported_kornia"]
     assert_broken(result["batches"] + result["actor"])
-    assert_hook_left_alone(result["no_kornia"], waiting=setting == "disable")
+    assert_hook_left_alone(result["no_kornia"], waiting=False)
+
+
+@cluster_test
+def test_ray_disable_in_a_tasks_runtime_env_wins_in_workers_of_its_own(ray_runs):
+    # One Ray start less than a run with the switch in the driver's environment, and it shows
+    # that Ray does not hand such a task to the job's (patched) workers.
+    result = ray_runs("runtime_env")
+    assert_broken(result["disabled_in_runtime_env"])
+    patched_workers = {report["pid"] for report in result["batches"] + result["actor"]}
+    assert not patched_workers & {report["pid"] for report in result["disabled_in_runtime_env"]}
 
 
 @cluster_test
