@@ -41,8 +41,9 @@ def _apply() -> None:
 class _LoaderThenApply:
     """kornia's own loader, then ``apply()`` once kornia's ``__init__`` has finished."""
 
-    def __init__(self, loader) -> None:
+    def __init__(self, loader, finder) -> None:
         self._loader = loader
+        self._finder = finder
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
@@ -53,6 +54,7 @@ class _LoaderThenApply:
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
+        self._finder.remove()
         _apply()
 
     def __getattr__(self, name):
@@ -60,18 +62,31 @@ class _LoaderThenApply:
 
 
 class _ApplyWhenKorniaIsImported:
-    """One-shot ``sys.meta_path`` finder: wraps the loader of the top-level ``kornia`` module."""
+    """``sys.meta_path`` finder: wraps the loader of the top-level ``kornia`` module.
+
+    It stays on ``sys.meta_path`` until kornia's ``__init__`` has run: a mere look-up
+    (``importlib.util.find_spec("kornia")``, the usual "is it installed?" test of libraries and
+    engines) returns a spec without executing it, and the later import must still be caught.
+    """
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "kornia":
             return None
-        self.remove()
-        import importlib.util
-
-        spec = importlib.util.find_spec("kornia")  # the real finders, this one removed
-        if spec is None or spec.loader is None:
+        # The finders after this one, as the import system would ask them (no recursion into
+        # importlib.util.find_spec, which would ask this finder again).
+        spec = None
+        for finder in list(sys.meta_path):
+            if isinstance(finder, _ApplyWhenKorniaIsImported):
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
-        spec.loader = _LoaderThenApply(spec.loader)
+        spec.loader = _LoaderThenApply(spec.loader, self)
         return spec
 
     def remove(self) -> None:

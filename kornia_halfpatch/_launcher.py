@@ -44,8 +44,8 @@ def run(argv: List[str]) -> int:
         print(f"{USAGE}\n\n{__doc__}")
         return 0
     command = argv[1:] if argv[:1] == ["--"] else list(argv)
-    if not command:
-        print(USAGE, file=sys.stderr)
+    if not command or not command[0]:
+        print(f"kornia-halfpatch run: no command given\n{USAGE}", file=sys.stderr)
         return 2
     if startup_hook_path() is None:
         print(
@@ -66,5 +66,8 @@ def run(argv: List[str]) -> int:
         return 127
     except PermissionError:
         print(f"kornia-halfpatch run: permission denied: {command[0]}", file=sys.stderr)
+        return 126
+    except OSError as error:  # e.g. a file that is not an executable (ENOEXEC)
+        print(f"kornia-halfpatch run: cannot run {command[0]}: {error.strerror or error}", file=sys.stderr)
         return 126
     return 0  # not reached: exec does not return

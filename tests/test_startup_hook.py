@@ -149,6 +149,45 @@ def test_hook_applies_right_after_kornia_is_imported_and_user_bindings_are_patch
     assert patched == str(applies and not UPSTREAM_FIXED), result.stdout + result.stderr
 
 
+@needs_installed_hook
+def test_hook_survives_a_look_up_of_kornia_before_its_import():
+    # "Is kornia installed?" (importlib.util.find_spec, as libraries and engines ask it) returns a
+    # spec without importing; the import that follows must still be patched.
+    code = (
+        "import importlib.util, sys; assert importlib.util.find_spec('kornia') is not None; "
+        "assert 'kornia' not in sys.modules and 'kornia_halfpatch' not in sys.modules; "
+        "from kornia.feature import SOSNet; shim = sys.modules.get('kornia_halfpatch'); "
+        "print(shim is not None, shim is not None and shim.is_patched(SOSNet.forward), "
+        "any(type(f).__name__ == '_ApplyWhenKorniaIsImported' for f in sys.meta_path))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environment(KORNIA_HALFPATCH_AUTO="1"), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported, patched, finder_left = result.stdout.split()
+    assert imported == "True", result.stdout + result.stderr
+    assert patched == str(not UPSTREAM_FIXED), result.stdout + result.stderr
+    assert finder_left == "False", result.stdout  # gone once kornia was imported
+
+
+@needs_installed_hook
+def test_hook_never_breaks_a_process_that_does_not_import_kornia():
+    # A worker with the variable set that never imports kornia: its own imports, a look-up of
+    # kornia, a module that does not exist, and a clean exit; nothing of the shim imported.
+    code = (
+        "import importlib.util, json, sys, sqlite3, email.mime.text; "
+        "importlib.util.find_spec('kornia'); "
+        "exec('try:\\n import no_such_module_khp\\nexcept ImportError: pass'); "
+        "print(json.dumps(sorted(m for m in ('kornia', 'kornia_halfpatch', 'torch', 'wrapt') if m in sys.modules)))"
+    )
+    for settings in ({"KORNIA_HALFPATCH_AUTO": "1"}, {"KORNIA_HALFPATCH_AUTO": "1", "KORNIA_HALFPATCH_DISABLE": "1"}):
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=environment(**settings), capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0 and result.stderr == "", (settings, result.stderr[-3000:])
+        assert json.loads(result.stdout) == [], (settings, result.stdout)
+
+
 # --------------------------------------------------------------------------------------------
 # The launcher itself (no hook needed)
 
@@ -178,9 +217,23 @@ def test_launcher_keeps_the_users_disable_switch():
 
 def test_launcher_reports_a_missing_command_and_usage():
     missing = launch("--", "no-such-command-kornia-halfpatch")
-    assert missing.returncode == 127 and "command not found" in missing.stderr
-    usage = launch()
-    assert usage.returncode == 2 and "usage: kornia-halfpatch run" in usage.stderr
+    assert missing.returncode == 127, missing.stderr
+    assert "kornia-halfpatch run: command not found: no-such-command-kornia-halfpatch" in missing.stderr
+    for nothing in ((), ("--",), ("--", "")):
+        usage = launch(*nothing)
+        assert usage.returncode == 2, (nothing, usage.stderr)
+        assert "kornia-halfpatch run: no command given" in usage.stderr, (nothing, usage.stderr)
+        assert "usage: kornia-halfpatch run" in usage.stderr, (nothing, usage.stderr)
+        assert usage.stdout == "", (nothing, usage.stdout)
+
+
+def test_launcher_reports_a_command_it_cannot_execute(tmp_path):
+    not_executable = tmp_path / "data.txt"
+    not_executable.write_text("not a program\n")
+    for target in (tmp_path, not_executable):  # a directory; a file without the executable bit
+        result = launch("--", str(target))
+        assert result.returncode == 126, (target, result.stderr)
+        assert "kornia-halfpatch run: " in result.stderr and str(target) in result.stderr, result.stderr
 
 
 # --------------------------------------------------------------------------------------------
