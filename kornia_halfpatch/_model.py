@@ -99,10 +99,6 @@ class Target:
     def label(self) -> str:
         return self.candidates[0].split(":")[-1]
 
-    @property
-    def parameters(self) -> Optional[Tuple[str, ...]]:  # the name before issue 15
-        return self.expects_parameters
-
 
 def kernel_gate(kernels: Tuple[str, ...], half: Tuple[str, ...] = ("float16", "bfloat16")) -> Callable[[], "Finding"]:
     """A target's gate: needed where the installed torch lacks a half CPU kernel (for one of the
@@ -322,17 +318,6 @@ class FixStatus:
         return self.verdict is Verdict.APPLIED
 
 
-class FixStatuses(Dict[str, FixStatus]):
-    """``report.fixes``: keyed by fix name; a former name (``fixes.FORMER_NAMES``) finds its fix."""
-
-    def __missing__(self, name: str) -> FixStatus:
-        from .fixes import FORMER_NAMES
-
-        if name in FORMER_NAMES and FORMER_NAMES[name] in self:
-            return self[FORMER_NAMES[name]]
-        raise KeyError(name)
-
-
 @dataclass
 class Report:
     kornia_version: Optional[str]
@@ -342,7 +327,7 @@ class Report:
     deferred: bool = False
 
     def __post_init__(self) -> None:
-        self.fixes = FixStatuses(self.fixes)
+        self.fixes = dict(self.fixes)  # the report's own: later passes do not change it
 
     @property
     def applied(self) -> List[str]:

@@ -142,13 +142,6 @@ def zca_inverse_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return (zca,) + _in(dtype, zca(data).detach().bfloat16().float())
 
 
-def zca_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(ZCAWhitening(), data, include_fit=True): fit and whiten in one call."""
-    from kornia.enhance import ZCAWhitening
-
-    return (ZCAWhitening(),) + zca_input(dtype) + (True,)
-
-
 def ellipses(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     """(1, 4, 5) ellipses x, y, a, b, c with a positive-definite form (a, c > b)."""
     g = torch.Generator().manual_seed(24)

@@ -1,4 +1,4 @@
-"""kornia_dtypes: float16/bfloat16 accepted, finite and right (issue 10, first part).
+"""kornia_dtypes: float16/bfloat16 accepted, finite and right (all but the augmentations, which are augmentation_pipeline's).
 
 Oracle: the installed release's float32 computation on the same (half-representable) inputs,
 narrowed to kornia 0.9.0's output dtype (measured in the 0.9.0 env: the input's half dtype for

@@ -1,4 +1,4 @@
-"""warp_geometry: half warps with float32 geometry (issue 11, plain warps).
+"""warp_geometry: half warps with float32 geometry (plain warps; augmentations are augmentation_pipeline's).
 
 Oracle: the installed release's float32 warp on the same (half-held) values, narrowed once,
 computed in the same run with the fix reverted; the float64 warp for the accuracy ratios.

@@ -1,5 +1,5 @@
 """float16/bfloat16 accepted, finite and right in color, filters, enhance, metrics, losses,
-feature and augmentation (issue 10; docs/fixes/kornia_dtypes.md).
+feature and augmentation (docs/fixes/kornia_dtypes.md).
 
 Each row promotes a kornia function whose half computation is wrong in kornia 0.7.0-0.8.3 for a
 numerical reason the row names (an ``eps`` that is 0 in float16, a sum that passes 65504, a

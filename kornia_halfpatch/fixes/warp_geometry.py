@@ -1,4 +1,4 @@
-"""Half-precision warps with float32 geometry (issue 11; docs/fixes/warp_geometry.md).
+"""Half-precision warps with float32 geometry (docs/fixes/warp_geometry.md).
 
 Kornia 0.7.0-0.8.3 compute a warp's geometry in the image's dtype: the inverse of the transform,
 the pixel-to-normalised matrices, the sampling grid and its normalisation. In float16 a pixel
