@@ -226,6 +226,17 @@ Row = Union[Promote, PromoteForKornia, WidenDtypes]
 ROW_KINDS = (Promote, PromoteForKornia, WidenDtypes)
 
 
+def table(kind: type = Promote, *, examples: str, **defaults: Any) -> Callable[..., Row]:
+    """A fix table's row constructor: ``row(candidates, reason, example, **options)`` builds a
+    ``kind`` row with the table's ``defaults`` (stated once where the table starts; a row's own
+    ``options`` win), its example named in the module ``examples``."""
+
+    def row(candidates: Union[str, Tuple[str, ...]], reason: str, example: str, **options: Any) -> Row:
+        return kind(candidates, reason, example=f"{examples}:{example}", **{**defaults, **options})
+
+    return row
+
+
 def _no_probe(originals: Sequence[Any]) -> Finding:
     return bug_present()
 
