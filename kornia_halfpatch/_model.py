@@ -78,8 +78,8 @@ class Target:
     ``expects_parameters`` is the shape check: the original's leading parameter names must equal
     it. ``scope`` is ``SCOPE_EVERYWHERE`` or ``SCOPE_KORNIA`` (module-level functions only), or a
     callable returning one, asked at install time (after ``Fix.configure``). ``reason`` is the
-    numerical reason shown for the row; ``example`` names an input factory (``"module:function"``
-    taking a dtype, returning the positional arguments) for the contract battery.
+    numerical reason shown for the row. Example calls for the contract battery live with the
+    tests (tests/examples.py, by ``label``).
     """
 
     candidates: Tuple[str, ...]
@@ -88,7 +88,6 @@ class Target:
     optional: bool = False
     scope: Union[str, Callable[[], str]] = SCOPE_EVERYWHERE
     reason: str = ""
-    example: Optional[str] = None
     row: Optional["Row"] = None  # the table row this target was expanded from
     # Whether this one target is needed on the installed torch, asked once the fix's probe found
     # the bug (a Finding; APPLIED or NOT_NEEDED): a row standing in for a missing half CPU kernel
@@ -139,7 +138,6 @@ class Promote:
     trigger: Optional[str] = None
     expects_parameters: Optional[Tuple[str, ...]] = None
     optional: bool = False
-    example: Optional[str] = None
 
     scope = SCOPE_EVERYWHERE
     device: Optional[str] = None
@@ -176,7 +174,6 @@ class Promote:
             self.optional,
             self.scope,
             reason=self.reason,
-            example=self.example,
             row=self,
             gate=kernel_gate(self.kernels, self.half) if self.kernels else None,
         )
@@ -202,7 +199,6 @@ class WidenDtypes:
     accepted: str = "accepted_dtypes"
     gains: Tuple[str, ...] = ("float16", "bfloat16")
     optional: bool = False
-    example: Optional[str] = None
 
     def build(self, original: Any) -> Any:
         from ._codegen import widen_dtypes_wrapper
@@ -217,7 +213,6 @@ class WidenDtypes:
             self.optional,
             SCOPE_EVERYWHERE,
             reason=self.reason,
-            example=self.example,
             row=self,
         )
 
@@ -226,13 +221,13 @@ Row = Union[Promote, PromoteForKornia, WidenDtypes]
 ROW_KINDS = (Promote, PromoteForKornia, WidenDtypes)
 
 
-def table(kind: type = Promote, *, examples: str, **defaults: Any) -> Callable[..., Row]:
-    """A fix table's row constructor: ``row(candidates, reason, example, **options)`` builds a
-    ``kind`` row with the table's ``defaults`` (stated once where the table starts; a row's own
-    ``options`` win), its example named in the module ``examples``."""
+def table(kind: type = Promote, **defaults: Any) -> Callable[..., Row]:
+    """A fix table's row constructor: ``row(candidates, reason, **options)`` builds a ``kind``
+    row with the table's ``defaults`` (stated once where the table starts; a row's own
+    ``options`` win)."""
 
-    def row(candidates: Union[str, Tuple[str, ...]], reason: str, example: str, **options: Any) -> Row:
-        return kind(candidates, reason, example=f"{examples}:{example}", **{**defaults, **options})
+    def row(candidates: Union[str, Tuple[str, ...]], reason: str, **options: Any) -> Row:
+        return kind(candidates, reason, **{**defaults, **options})
 
     return row
 

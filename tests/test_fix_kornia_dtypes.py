@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import kornia_halfpatch
-from kornia_halfpatch import probe_inputs as inputs
 from kornia_halfpatch import testing
 from kornia_halfpatch._kernels import widening_missing_kernels
+import examples as inputs
 from support import FULL_DTYPES, HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import kornia_halfpatch
-from kornia_halfpatch import probe_inputs as inputs
 from kornia_halfpatch import testing
 from kornia_halfpatch.fixes import torch_ops
+import examples as inputs
 from support import HALF_DTYPES, TORCH, UPSTREAM_FIXED, bitwise_equal
 
 import half_call_sites

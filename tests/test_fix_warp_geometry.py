@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import kornia_halfpatch
-from kornia_halfpatch import probe_inputs as inputs
 from kornia_halfpatch import testing
 from kornia_halfpatch.demos.warp_geometry import error_ratio, warp_test_image, warp_calls
 from kornia_halfpatch.fixes.warp_geometry import FIX as WARP_FIX
+import examples as inputs
 from support import HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal, run_python
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")

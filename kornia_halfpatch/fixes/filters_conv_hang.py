@@ -80,7 +80,6 @@ FILTER_ROW = Promote(
     guard=f"{__name__}:large_kernel",
     guard_arguments=("kernel",),
     expects_parameters=("input", "kernel"),
-    example="kornia_halfpatch.probe_inputs:large_kernel_filter",
 )
 # 0.8.3's ScalePyramid blurs with its own two depthwise F.conv2d calls (1xk, then kx1) on a
 # precomputed 1-D kernel, not through filter2d.
@@ -94,7 +93,6 @@ PYRAMID_ROW = Promote(
     guard_arguments=("kernel",),
     expects_parameters=("self", "x", "kernel"),
     optional=True,
-    example="kornia_halfpatch.probe_inputs:pyramid_blur_call",
 )
 
 
