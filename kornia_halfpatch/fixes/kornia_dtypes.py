@@ -16,7 +16,7 @@ complex inputs still get kornia's own error.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -207,77 +207,10 @@ def build_normal_transform_pixel(original: Any) -> Any:
             # A side of 1 divides by eps: 2/eps = 2e14 is Inf in float16 (and meaningless in
             # bfloat16). That side has one pixel, coordinate 0, which maps to -1 under any scale,
             # so the scale of 0.9.0 (1) gives the same normalised coordinate and stays finite.
-            return _pixel_to_normalized_float32(height, width, device).to(dtype)
+            return _pixel_to_normalized_float32([height, width], device).to(dtype)
         return original(height, width, eps, device, dtype)
 
     return like(normal_transform_pixel, original)
-
-
-def _pixel_to_normalized_float32(height: int, width: int, device: Optional[torch.device]) -> torch.Tensor:
-    """normal_transform_pixel's float32 arithmetic (the same in 0.7.0-0.8.3: 2.0 / (side - 1)),
-    with the half rule for a side of 1: scale 1. A module-level function of torch alone: scripted
-    callers compile it by name (a closure over the release's function failed to resolve in a
-    TorchScript compile after other scripts in kornia's own geometry tests)."""
-    matrix = torch.tensor([[1.0, 0.0, -1.0], [0.0, 1.0, -1.0], [0.0, 0.0, 1.0]], device=device, dtype=torch.float32)
-    if width != 1:
-        matrix[0, 0] = matrix[0, 0] * 2.0 / (width - 1.0)
-    if height != 1:
-        matrix[1, 1] = matrix[1, 1] * 2.0 / (height - 1.0)
-    return matrix.unsqueeze(0)
-
-
-def _pixel_to_normalized_float32_3d(depth: int, height: int, width: int, device: Optional[torch.device]) -> torch.Tensor:
-    """normal_transform_pixel3d's float32 arithmetic, scale 1 on a side of 1 (as in 2-D)."""
-    matrix = torch.tensor(
-        [[1.0, 0.0, 0.0, -1.0], [0.0, 1.0, 0.0, -1.0], [0.0, 0.0, 1.0, -1.0], [0.0, 0.0, 0.0, 1.0]],
-        device=device, dtype=torch.float32,
-    )
-    if width != 1:
-        matrix[0, 0] = matrix[0, 0] * 2.0 / (width - 1.0)
-    if height != 1:
-        matrix[1, 1] = matrix[1, 1] * 2.0 / (height - 1.0)
-    if depth != 1:
-        matrix[2, 2] = matrix[2, 2] * 2.0 / (depth - 1.0)
-    return matrix.unsqueeze(0)
-
-
-def build_normalize_homography(original: Any) -> Any:
-    def normalize_homography(
-        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
-    ) -> torch.Tensor:
-        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
-            half = dst_pix_trans_src_pix.dtype
-            widened = dst_pix_trans_src_pix.float()
-            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
-                return original(widened, dsize_src, dsize_dst).to(half)
-            # The release builds its normalisation in float32 and casts it to half: a side of 1
-            # divides by eps=1e-14, and the 2e14 entry is Inf in float16 (and swamps every other
-            # term in bfloat16). Scale 1 on that side (normal_transform_pixel's half rule: the one
-            # pixel still maps to -1), the chain in float32, narrowed once.
-            src = _pixel_to_normalized_float32(dsize_src[0], dsize_src[1], widened.device)
-            dst = _pixel_to_normalized_float32(dsize_dst[0], dsize_dst[1], widened.device)
-            return (dst @ (widened @ torch.inverse(src))).to(half)
-        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
-
-    return like(normalize_homography, original)
-
-
-def build_denormalize_homography(original: Any) -> Any:
-    def denormalize_homography(
-        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
-    ) -> torch.Tensor:
-        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
-            half = dst_pix_trans_src_pix.dtype
-            widened = dst_pix_trans_src_pix.float()
-            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
-                return original(widened, dsize_src, dsize_dst).to(half)
-            # As normalize_homography: the 2e14 scale of a side of 1 is Inf in float16.
-            src = _pixel_to_normalized_float32(dsize_src[0], dsize_src[1], widened.device)
-            dst = _pixel_to_normalized_float32(dsize_dst[0], dsize_dst[1], widened.device)
-            return (torch.inverse(dst) @ (widened @ src)).to(half)
-        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
-
-    return like(denormalize_homography, original)
 
 
 def build_normal_transform_pixel3d(original: Any) -> Any:
@@ -293,10 +226,71 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
             # The release builds this one in the half dtype itself: 1 * 2.0 / 1e-14 overflows
             # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 has one pixel, coordinate
             # 0, which maps to -1 under any scale; 0.9.0's scale 1 keeps it finite.
-            return _pixel_to_normalized_float32_3d(depth, height, width, device).to(dtype)
+            return _pixel_to_normalized_float32([depth, height, width], device).to(dtype)
         return original(depth, height, width, eps, device, dtype)
 
     return like(normal_transform_pixel3d, original)
+
+
+def _pixel_to_normalized_float32(size: List[int], device: Optional[torch.device]) -> torch.Tensor:
+    """normal_transform_pixel's (``size`` = [height, width]) or normal_transform_pixel3d's
+    ([depth, height, width]) float32 arithmetic, the same in 0.7.0-0.8.3: 2.0 / (side - 1) on
+    the axis of each side (x is width), with the half rule for a side of 1: scale 1. A
+    module-level function of torch alone: scripted callers compile it by name (a closure over the
+    release's function failed to resolve in a TorchScript compile after other scripts in kornia's
+    own geometry tests)."""
+    axes = len(size)
+    matrix = torch.eye(axes + 1, device=device, dtype=torch.float32)
+    matrix[:axes, axes] = -1.0
+    for axis in range(axes):
+        side = size[axes - 1 - axis]
+        if side != 1:
+            matrix[axis, axis] = matrix[axis, axis] * 2.0 / (side - 1.0)
+    return matrix.unsqueeze(0)
+
+
+def _normalization_chain_float32(
+    widened: torch.Tensor, size_src: List[int], size_dst: List[int], denormalize: bool
+) -> torch.Tensor:
+    """(de)normalize_homography(3d) where a side is 1: the release builds its normalisation in
+    float32 and casts it to half, so that side divides by eps=1e-14 and the 2e14 entry is Inf in
+    float16 (and swamps every other term in bfloat16). Scale 1 on that side (the one pixel still
+    maps to -1), the chain in float32; the caller narrows once."""
+    src = _pixel_to_normalized_float32(size_src, widened.device)
+    dst = _pixel_to_normalized_float32(size_dst, widened.device)
+    if denormalize:
+        return torch.inverse(dst) @ (widened @ src)
+    return dst @ (widened @ torch.inverse(src))
+
+
+def build_normalize_homography(original: Any) -> Any:
+    def normalize_homography(
+        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
+    ) -> torch.Tensor:
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            widened = dst_pix_trans_src_pix.float()
+            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
+                return original(widened, dsize_src, dsize_dst).to(dst_pix_trans_src_pix.dtype)
+            src, dst = [dsize_src[0], dsize_src[1]], [dsize_dst[0], dsize_dst[1]]
+            return _normalization_chain_float32(widened, src, dst, False).to(dst_pix_trans_src_pix.dtype)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(normalize_homography, original)
+
+
+def build_denormalize_homography(original: Any) -> Any:
+    def denormalize_homography(
+        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
+    ) -> torch.Tensor:
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            widened = dst_pix_trans_src_pix.float()
+            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
+                return original(widened, dsize_src, dsize_dst).to(dst_pix_trans_src_pix.dtype)
+            src, dst = [dsize_src[0], dsize_src[1]], [dsize_dst[0], dsize_dst[1]]
+            return _normalization_chain_float32(widened, src, dst, True).to(dst_pix_trans_src_pix.dtype)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(denormalize_homography, original)
 
 
 def build_normalize_homography3d(original: Any) -> Any:
@@ -304,15 +298,12 @@ def build_normalize_homography3d(original: Any) -> Any:
         dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int, int], dsize_dst: Tuple[int, int, int]
     ) -> torch.Tensor:
         if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
-            half = dst_pix_trans_src_pix.dtype
             widened = dst_pix_trans_src_pix.float()
             if min(dsize_src[0], dsize_src[1], dsize_src[2], dsize_dst[0], dsize_dst[1], dsize_dst[2]) != 1:
-                return original(widened, dsize_src, dsize_dst).to(half)
-            # As normalize_homography: the float32 normalisation of a side of 1 (2e14) cast to
-            # half is Inf in float16; scale 1 on that side, the chain in float32, narrowed once.
-            src = _pixel_to_normalized_float32_3d(dsize_src[0], dsize_src[1], dsize_src[2], widened.device)
-            dst = _pixel_to_normalized_float32_3d(dsize_dst[0], dsize_dst[1], dsize_dst[2], widened.device)
-            return (dst @ (widened @ torch.inverse(src))).to(half)
+                return original(widened, dsize_src, dsize_dst).to(dst_pix_trans_src_pix.dtype)
+            src = [dsize_src[0], dsize_src[1], dsize_src[2]]
+            dst = [dsize_dst[0], dsize_dst[1], dsize_dst[2]]
+            return _normalization_chain_float32(widened, src, dst, False).to(dst_pix_trans_src_pix.dtype)
         return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
 
     return like(normalize_homography3d, original)
