@@ -130,9 +130,7 @@ print(kornia_halfpatch.is_patched(kornia.filters.filter.filter2d))
 # --------------------------------------------------------------------------------------------
 # kornia's own F.conv2d calls (MS_SSIMLoss, blur_pool2d, ...): the kornia-scoped conv2d target
 
-import ast  # noqa: E402
-import inspect  # noqa: E402
-import types  # noqa: E402
+import sys  # noqa: E402
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -200,20 +198,9 @@ def test_conv2d_target_scripts_and_compiles_fullgraph(conv_replacement):
 def conv2d_call_sites():
     """(module, line, chain) of every kornia call whose callee resolves to torch's conv2d through
     the module's globals (F.conv2d, torch.nn.functional.conv2d, torch.conv2d, a bound name)."""
-    from half_call_sites import _chain, _resolve, kornia_modules
+    from kornia_call_sites import calls_of
 
-    sites = []
-    for module in kornia_modules():
-        try:
-            tree = ast.parse(inspect.getsource(module))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                chain = _chain(node.func)
-                if chain and kornia_halfpatch.get_original(_resolve(vars(module), chain)) is REAL_CONV2D:
-                    sites.append((module, node.lineno, chain))
-    return sites
+    return [(sys.modules[site.module], site.line, site.callee.split(".")) for site in calls_of(REAL_CONV2D)]
 
 
 def _live(namespace, chain):

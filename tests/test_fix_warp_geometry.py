@@ -95,11 +95,11 @@ def test_patched_error_is_the_ideal_and_unpatched_is_worse(name, size, kind, dty
 
 
 def test_every_row_present_in_the_release_is_patched():
-    import warp_call_sites
+    import kornia_call_sites
 
     patched = 0
     for target in WARP_FIX.targets:
-        function = warp_call_sites.resolve(target.candidates[0])
+        function = kornia_call_sites.resolve(target.candidates[0])
         if function is None:
             continue  # absent in this release (optional row)
         assert kornia_halfpatch.is_patched(function), target.label
@@ -304,9 +304,9 @@ EXEMPT = {
 
 @pytest.mark.slow
 def test_every_function_sampling_at_derived_coordinates_is_covered():
-    import warp_call_sites
+    import kornia_call_sites
 
-    callers = warp_call_sites.callers_of_warps()
+    callers = kornia_call_sites.callers_of_warps()
     rows = {t.candidates[0] for t in WARP_FIX.targets}
     uncovered = [
         where for where in callers
@@ -315,7 +315,7 @@ def test_every_function_sampling_at_derived_coordinates_is_covered():
     assert uncovered == []
     # every row that exists in this release is found by the scan (the table holds no stale line),
     # but the grid transforms and matrix builders: they compute coordinates and transforms, and sample nothing
-    present = {t.candidates[0] for t in WARP_FIX.targets if warp_call_sites.resolve(t.candidates[0]) is not None}
+    present = {t.candidates[0] for t in WARP_FIX.targets if kornia_call_sites.resolve(t.candidates[0]) is not None}
     builders = {f"kornia.geometry.transform.imgwarp:{name}" for name in (
         "warp_grid", "warp_grid3d", "get_rotation_matrix2d", "get_affine_matrix2d", "get_affine_matrix3d",
         "get_projective_transform", "invert_affine_transform", "get_perspective_transform",

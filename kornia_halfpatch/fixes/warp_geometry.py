@@ -18,7 +18,7 @@ sampling in float32 costs twice the memory traffic of a half ``grid_sample``, bu
 at a float32 coordinate still rounds the bilinear weights to half (up to 2^-11 relative), and a
 second code path would give CPU and CUDA different results; no GPU here to measure the cost.
 
-The functions were found from the source of each release (tests/warp_call_sites.py, an ``ast``
+The functions were found from the source of each release (tests/kornia_call_sites.py, an ``ast``
 scan of every kornia function calling ``grid_sample``/``map_coordinates`` or, transitively, one
 of these warps; tests/test_fix_warp_geometry.py keeps the table and the scan in step). The
 ``nn.Module`` forms ``Rotate``/``Translate``/``Scale``/``Shear`` call their function through the
