@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from _harness import ROOT, Worker
+from _harness import ROOT, Worker, half_against_oracle, interleaved_rounds, variants
 PIPELINE_A = "AugSeq(Affine,ColorJiggle,Perspective,Gray) 16x3x224x224"
 PIPELINE_B = "AugSeq(Affine,Perspective) 8x3x512x512"
 FIXED_COST = "RandomGrayscale 1x3x8x8, 50 calls (fixed cost)"
@@ -169,40 +168,14 @@ def main() -> int:
     names = [PIPELINE_A, PIPELINE_B, FIXED_COST]
     local = Worker(__file__, sys.executable, args.threads)
     oracle = Worker(__file__, args.oracle_python, args.threads) if args.oracle_python else None
-    variants = []
-    for name in names:
-        variants += [(name, "patched", "float32"), (name, "unpatched", "float32")]
-        if oracle is not None:
-            # The releases' own float32 speeds differ: the baseline for the half ratios.
-            variants.append((name, "kornia 0.9.0", "float32"))
-        for dtype in ("float16", "bfloat16"):
-            variants.append((name, "patched", dtype))
-            if oracle is not None:
-                variants.append((name, "kornia 0.9.0", dtype))
-    samples: Dict[tuple, List[float]] = {v: [] for v in variants}
-    errors: Dict[tuple, str] = {}
-    try:
-        for index in range(args.rounds):
-            for variant in (variants if index % 2 == 0 else variants[::-1]):
-                name, who, dtype = variant
-                if variant in errors:
-                    continue
-                source = oracle if who == "kornia 0.9.0" else local
-                answer = source.request(case=name, dtype=dtype, patched=who != "unpatched", reps=args.reps)
-                if "error" in answer:
-                    errors[variant] = answer["error"]
-                else:
-                    samples[variant] += answer["times"]
-    finally:
-        local.close()
-        if oracle is not None:
-            oracle.close()
+    # The releases' own float32 speeds differ: 0.9.0's float32 is the baseline for the half ratios.
+    chosen = variants(names, oracle is not None, oracle_float32=True)
+    median, errors = interleaved_rounds(chosen, local, oracle, args.rounds, args.reps)
     memory: Dict[str, Dict[str, float]] = {}
     for dtype in ("float16", "bfloat16"):
         memory[dtype] = {"patched": peak_memory(sys.executable, args.threads, PIPELINE_B, dtype)}
         if args.oracle_python:
             memory[dtype]["kornia 0.9.0"] = peak_memory(args.oracle_python, args.threads, PIPELINE_B, dtype)
-    median = {v: statistics.median(s) for v, s in samples.items() if s}
     rows = []
     for name in names:
         row: Dict[str, Any] = {"case": name}
@@ -211,13 +184,7 @@ def main() -> int:
         if (name, "kornia 0.9.0", "float32") in median:
             row["float32 unpatched/0.9.0"] = median[(name, "unpatched", "float32")] / median[(name, "kornia 0.9.0", "float32")]
         for dtype in ("float16", "bfloat16"):
-            key = (name, "kornia 0.9.0", dtype)
-            if (name, "patched", dtype) in median:
-                row[f"{dtype} patched ms"] = median[(name, "patched", dtype)] * 1e3
-            if key in median and (name, "patched", dtype) in median:
-                row[f"{dtype} patched/0.9.0"] = median[(name, "patched", dtype)] / median[key]
-            elif key in errors:
-                row[f"{dtype} patched/0.9.0"] = f"0.9.0 raises {errors[key]}"
+            half_against_oracle(row, name, dtype, median, errors)
         rows.append(row)
     result = {"benchmark": "augmentation: seeded AugmentationSequential pipelines, CPU", "installed": local.info,
               "oracle": oracle.info if oracle else None, "rows": rows, "samples_per_variant": args.rounds * args.reps,

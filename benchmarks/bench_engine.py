@@ -1,5 +1,5 @@
 """What the engine itself costs: apply(), revert(), an unpatched() block and status(), with the
-current fixes and with 100 synthetic table rows on top (issue 15's targets on kornia 0.8.2:
+current fixes and with 100 synthetic table rows on top (targets on kornia 0.8.2:
 apply() with 100 rows <= 0.5 s, an unpatched() block <= 50 ms).
 
     python benchmarks/bench_engine.py [--rows 100] [--repeat 7]

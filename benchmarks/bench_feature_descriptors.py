@@ -5,7 +5,7 @@
 Measures, in one run, with the variants interleaved round by round and medians taken:
 
 * float16 and bfloat16: patched installed kornia versus kornia 0.9.0 (the ``--oracle-python``
-  interpreter), same seeded weights (tests/golden/gen_descriptor_norm.py, ``trained``
+  interpreter), same seeded weights (tests/golden/gen_feature_descriptors.py, ``trained``
   configuration) and same inputs. Target: ratio <= 1.05.
 * float32: patched versus unpatched installed kornia. Target: ratio <= 1.03.
 
@@ -37,14 +37,14 @@ def worker(threads: int) -> None:
     sys.path.insert(0, str(GOLDEN_DIR))
     import torch
 
-    import gen_descriptor_norm as gen
+    import gen_feature_descriptors as gen
     import kornia
     import kornia_halfpatch
 
     if threads:
         torch.set_num_threads(threads)
     kornia_halfpatch.apply(only=["feature_descriptors"])
-    golden = torch.load(GOLDEN_DIR / "descriptor_norm.pt")
+    golden = torch.load(GOLDEN_DIR / "feature_descriptors.pt")
     base = gen.build_network("sosnet", "trained", golden)
     patches = gen.textured_patches(BATCH, 21)
     models = {name: copy.deepcopy(base).to(getattr(torch, name)) for name in DTYPES}

@@ -25,14 +25,18 @@ import argparse
 import inspect
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 import torch
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch.fixes.geometry_subpix import probe_volume
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from examples import probe_volume  # noqa: E402 - the tests' volumes, so both measure the same inputs
 
 FIX = "geometry_subpix"
 KINDS = ("rand", "rand_0.01", "blob")

@@ -6,7 +6,7 @@ One run, variants interleaved round by round, medians taken; untrained networks 
 not change the time), one thread by default:
 
 * float16 with ``cpu_half="auto"`` (on this CPU: what auto picks, named in the header) and with
-  ``cpu_half="float32"`` forced, each as a ratio to the same module in float32 (issue 12's
+  ``cpu_half="float32"`` forced, each as a ratio to the same module in float32 (the
   target for auto: <= 1.15);
 * float16 of kornia 0.9.0 (the ``--oracle-python`` interpreter, same seeded inputs): the
   speed-up of each mode over it;

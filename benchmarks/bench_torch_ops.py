@@ -24,14 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from _harness import ROOT, Worker
+from _harness import ROOT, Worker, half_against_oracle, interleaved_rounds, variants
 FIXES = ["torch_ops", "filters_conv_hang"]
 
 
@@ -279,32 +276,9 @@ def main() -> int:
     names = list(cases())
     local = Worker(__file__, sys.executable, args.threads)
     oracle = Worker(__file__, args.oracle_python, args.threads) if args.oracle_python else None
-    variants = []
-    for name in names:
-        variants += [(name, "patched", "float32"), (name, "unpatched", "float32")]
-        for dtype in ("float16", "bfloat16"):
-            variants.append((name, "patched", dtype))
-            if oracle is not None and not (dtype == "float16" and name in NO_FLOAT16_UNPATCHED):
-                variants.append((name, "kornia 0.9.0", dtype))
-    samples: Dict[tuple, List[float]] = {v: [] for v in variants}
-    errors: Dict[tuple, str] = {}
-    try:
-        for index in range(args.rounds):
-            for variant in (variants if index % 2 == 0 else variants[::-1]):
-                name, who, dtype = variant
-                if variant in errors:
-                    continue
-                source = oracle if who == "kornia 0.9.0" else local
-                answer = source.request(case=name, dtype=dtype, patched=who != "unpatched", reps=args.reps)
-                if "error" in answer:
-                    errors[variant] = answer["error"]
-                else:
-                    samples[variant] += answer["times"]
-    finally:
-        local.close()
-        if oracle is not None:
-            oracle.close()
-    median = {v: statistics.median(s) for v, s in samples.items() if s}
+    chosen = variants(names, oracle is not None,
+                      oracle_skips=lambda name, dtype: dtype == "float16" and name in NO_FLOAT16_UNPATCHED)
+    median, errors = interleaved_rounds(chosen, local, oracle, args.rounds, args.reps)
     rows = []
     for name in names:
         row = {"case": name}
@@ -316,15 +290,10 @@ def main() -> int:
         row["float32 patched/unpatched"] = median[(name, "patched", "float32")] / unpatched32
         row["float32 unpatched ms"] = unpatched32 * 1e3
         for dtype in ("float16", "bfloat16"):
-            key = (name, "kornia 0.9.0", dtype)
+            half_against_oracle(row, name, dtype, median, errors)
             if (name, "patched", dtype) in median:
-                row[f"{dtype} patched ms"] = median[(name, "patched", dtype)] * 1e3
                 # the promotion's own cost: the release's float32 computation plus the casts
                 row[f"{dtype} patched/release float32"] = median[(name, "patched", dtype)] / unpatched32
-            if key in median and (name, "patched", dtype) in median:
-                row[f"{dtype} patched/0.9.0"] = median[(name, "patched", dtype)] / median[key]
-            elif key in errors:
-                row[f"{dtype} patched/0.9.0"] = f"0.9.0 raises {errors[key]}"
         rows.append(row)
     result = {"benchmark": "torch_ops: promoted public functions, CPU", "installed": local.info,
               "oracle": oracle.info if oracle else None, "rows": rows, "samples_per_variant": args.rounds * args.reps,

@@ -7,26 +7,17 @@ Target: float32 calls no more than 3% slower than unpatched.
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 import kornia  # noqa: F401
 import kornia_halfpatch
-from kornia_halfpatch.fixes.utils_grids import FIX
 
-
-def grid_module():
-    import importlib
-
-    for name in ("kornia.geometry.grid", "kornia.utils.grid"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if "create_meshgrid" in vars(module):
-            return module
-    raise RuntimeError("no create_meshgrid")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import grid_module  # noqa: E402 - where the tests find create_meshgrid, one definition
 
 
 def per_call_seconds(fn, calls: int) -> float:

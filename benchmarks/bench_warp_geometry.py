@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from _harness import ROOT, Worker
+from _harness import ROOT, Worker, half_against_oracle, interleaved_rounds, variants
 FIXES = ["warp_geometry"]
 SHAPE = (8, 3, 512, 512)
 
@@ -148,44 +147,13 @@ def main() -> int:
     names = list(cases())
     local = Worker(__file__, sys.executable, args.threads)
     oracle = Worker(__file__, args.oracle_python, args.threads) if args.oracle_python else None
-    variants = []
-    for name in names:
-        variants += [(name, "patched", "float32"), (name, "unpatched", "float32")]
-        for dtype in ("float16", "bfloat16"):
-            variants.append((name, "patched", dtype))
-            if oracle is not None:
-                variants.append((name, "kornia 0.9.0", dtype))
-    samples: Dict[tuple, List[float]] = {v: [] for v in variants}
-    errors: Dict[tuple, str] = {}
-    try:
-        for index in range(args.rounds):
-            for variant in (variants if index % 2 == 0 else variants[::-1]):
-                name, who, dtype = variant
-                if variant in errors:
-                    continue
-                source = oracle if who == "kornia 0.9.0" else local
-                answer = source.request(case=name, dtype=dtype, patched=who != "unpatched", reps=args.reps)
-                if "error" in answer:
-                    errors[variant] = answer["error"]
-                else:
-                    samples[variant] += answer["times"]
-    finally:
-        local.close()
-        if oracle is not None:
-            oracle.close()
-    median = {v: statistics.median(s) for v, s in samples.items() if s}
+    median, errors = interleaved_rounds(variants(names, oracle is not None), local, oracle, args.rounds, args.reps)
     rows = []
     for name in names:
         row: Dict[str, Any] = {"case": name}
         row["float32 patched/unpatched"] = median[(name, "patched", "float32")] / median[(name, "unpatched", "float32")]
         for dtype in ("float16", "bfloat16"):
-            key = (name, "kornia 0.9.0", dtype)
-            if (name, "patched", dtype) in median:
-                row[f"{dtype} patched ms"] = median[(name, "patched", dtype)] * 1e3
-            if key in median and (name, "patched", dtype) in median:
-                row[f"{dtype} patched/0.9.0"] = median[(name, "patched", dtype)] / median[key]
-            elif key in errors:
-                row[f"{dtype} patched/0.9.0"] = f"0.9.0 raises {errors[key]}"
+            half_against_oracle(row, name, dtype, median, errors)
             row[f"{dtype} peak MiB"] = measure_peak(sys.executable, name, dtype, args.threads)
             if oracle is not None:
                 row[f"{dtype} 0.9.0 peak MiB"] = measure_peak(args.oracle_python, name, dtype, args.threads)

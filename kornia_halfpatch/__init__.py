@@ -10,11 +10,7 @@ Set ``KORNIA_HALFPATCH_DISABLE=1`` to turn the shim off without touching code.
 """
 
 from ._engine import (
-    FixStatus,
     HalfPatchWarning,
-    Report,
-    RowStatus,
-    Verdict,
     applied_fixes,
     apply,
     fix_names,
@@ -25,6 +21,7 @@ from ._engine import (
     status,
     unpatched,
 )
+from ._model import FixStatus, Report, RowStatus, Verdict
 
 __version__ = "0.1.0"
 

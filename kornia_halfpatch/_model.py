@@ -78,8 +78,8 @@ class Target:
     ``expects_parameters`` is the shape check: the original's leading parameter names must equal
     it. ``scope`` is ``SCOPE_EVERYWHERE`` or ``SCOPE_KORNIA`` (module-level functions only), or a
     callable returning one, asked at install time (after ``Fix.configure``). ``reason`` is the
-    numerical reason shown for the row; ``example`` names an input factory (``"module:function"``
-    taking a dtype, returning the positional arguments) for the contract battery.
+    numerical reason shown for the row. Example calls for the contract battery live with the
+    tests (tests/examples.py, by ``label``).
     """
 
     candidates: Tuple[str, ...]
@@ -88,7 +88,6 @@ class Target:
     optional: bool = False
     scope: Union[str, Callable[[], str]] = SCOPE_EVERYWHERE
     reason: str = ""
-    example: Optional[str] = None
     row: Optional["Row"] = None  # the table row this target was expanded from
     # Whether this one target is needed on the installed torch, asked once the fix's probe found
     # the bug (a Finding; APPLIED or NOT_NEEDED): a row standing in for a missing half CPU kernel
@@ -98,10 +97,6 @@ class Target:
     @property
     def label(self) -> str:
         return self.candidates[0].split(":")[-1]
-
-    @property
-    def parameters(self) -> Optional[Tuple[str, ...]]:  # the name before issue 15
-        return self.expects_parameters
 
 
 def kernel_gate(kernels: Tuple[str, ...], half: Tuple[str, ...] = ("float16", "bfloat16")) -> Callable[[], "Finding"]:
@@ -143,7 +138,6 @@ class Promote:
     trigger: Optional[str] = None
     expects_parameters: Optional[Tuple[str, ...]] = None
     optional: bool = False
-    example: Optional[str] = None
 
     scope = SCOPE_EVERYWHERE
     device: Optional[str] = None
@@ -180,7 +174,6 @@ class Promote:
             self.optional,
             self.scope,
             reason=self.reason,
-            example=self.example,
             row=self,
             gate=kernel_gate(self.kernels, self.half) if self.kernels else None,
         )
@@ -206,7 +199,6 @@ class WidenDtypes:
     accepted: str = "accepted_dtypes"
     gains: Tuple[str, ...] = ("float16", "bfloat16")
     optional: bool = False
-    example: Optional[str] = None
 
     def build(self, original: Any) -> Any:
         from ._codegen import widen_dtypes_wrapper
@@ -221,13 +213,23 @@ class WidenDtypes:
             self.optional,
             SCOPE_EVERYWHERE,
             reason=self.reason,
-            example=self.example,
             row=self,
         )
 
 
 Row = Union[Promote, PromoteForKornia, WidenDtypes]
 ROW_KINDS = (Promote, PromoteForKornia, WidenDtypes)
+
+
+def table(kind: type = Promote, **defaults: Any) -> Callable[..., Row]:
+    """A fix table's row constructor: ``row(candidates, reason, **options)`` builds a ``kind``
+    row with the table's ``defaults`` (stated once where the table starts; a row's own
+    ``options`` win)."""
+
+    def row(candidates: Union[str, Tuple[str, ...]], reason: str, **options: Any) -> Row:
+        return kind(candidates, reason, **{**defaults, **options})
+
+    return row
 
 
 def _no_probe(originals: Sequence[Any]) -> Finding:
@@ -322,17 +324,6 @@ class FixStatus:
         return self.verdict is Verdict.APPLIED
 
 
-class FixStatuses(Dict[str, FixStatus]):
-    """``report.fixes``: keyed by fix name; a former name (``fixes.FORMER_NAMES``) finds its fix."""
-
-    def __missing__(self, name: str) -> FixStatus:
-        from .fixes import FORMER_NAMES
-
-        if name in FORMER_NAMES and FORMER_NAMES[name] in self:
-            return self[FORMER_NAMES[name]]
-        raise KeyError(name)
-
-
 @dataclass
 class Report:
     kornia_version: Optional[str]
@@ -342,7 +333,7 @@ class Report:
     deferred: bool = False
 
     def __post_init__(self) -> None:
-        self.fixes = FixStatuses(self.fixes)
+        self.fixes = dict(self.fixes)  # the report's own: later passes do not change it
 
     @property
     def applied(self) -> List[str]:

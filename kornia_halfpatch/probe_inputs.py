@@ -1,49 +1,13 @@
-"""Deterministic probe inputs, one home: the fixes' probes, the demonstrations, the tests and
-the benchmarks all draw from here. Each input builds from its own seeded generator, never the
-global random stream."""
+"""Deterministic inputs the package itself runs on: the feature_patches probe's image and LAFs,
+and the CLI demonstrations' calls (kornia_halfpatch/demos). Each builds from its own seeded
+generator, never the global random stream. The tables' example calls, which only the tests use,
+live in tests/examples.py."""
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Tuple
 
 import torch
-
-# --------------------------------------------------------------------------------------------
-# Response volumes for the sub-voxel refinement (geometry_subpix)
-
-PROBE_SHAPE = (1, 1, 5, 40, 40)
-
-
-def blob_volume(seed: int, shape: Tuple[int, int, int, int, int] = PROBE_SHAPE) -> torch.Tensor:
-    """A smooth response volume: twelve Gaussian blobs (spatial sigma 1.5-4.5 px, scale sigma 1
-    level), amplitudes 0.2-1, normalized to a maximum of 1. Smooth means small second
-    derivatives, so small Hessian determinants: the case float16 handles worst."""
-    generator = torch.Generator().manual_seed(seed)
-    depth, height, width = shape[-3:]
-    d = torch.arange(depth, dtype=torch.float64).view(depth, 1, 1)
-    h = torch.arange(height, dtype=torch.float64).view(1, height, 1)
-    w = torch.arange(width, dtype=torch.float64).view(1, 1, width)
-    volume = torch.zeros(depth, height, width, dtype=torch.float64)
-    extent = torch.tensor([depth - 1, height - 1, width - 1], dtype=torch.float64)
-    for _ in range(12):
-        cd, ch, cw = (torch.rand(3, generator=generator, dtype=torch.float64) * extent).tolist()
-        sigma = 1.5 + 3.0 * torch.rand(1, generator=generator, dtype=torch.float64).item()
-        amplitude = 0.2 + 0.8 * torch.rand(1, generator=generator, dtype=torch.float64).item()
-        volume += amplitude * torch.exp(-((h - ch) ** 2 + (w - cw) ** 2) / (2 * sigma**2) - (d - cd) ** 2 / 2)
-    return (volume / volume.max()).float().expand(shape).contiguous()
-
-
-def probe_volume(kind: str, seed: int) -> torch.Tensor:
-    """float32 ``(1, 1, 5, 40, 40)``: ``"rand"`` is ``torch.rand`` after ``torch.manual_seed(seed)``,
-    ``"rand_0.01"`` the same scaled to ``[0, 0.01]``, ``"blob"`` :func:`blob_volume`."""
-    if kind == "blob":
-        return blob_volume(seed)
-    volume = torch.rand(PROBE_SHAPE, generator=torch.Generator().manual_seed(seed))
-    if kind == "rand":
-        return volume
-    if kind == "rand_0.01":
-        return volume * 0.01
-    raise ValueError(f"unknown probe volume {kind!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,42 +31,9 @@ def laf_probe_inputs(
 
 
 # --------------------------------------------------------------------------------------------
-# Example calls of table rows (``example=`` of a row): ``factory(dtype)`` -> positional
-# arguments, floating tensors in ``dtype``. The contract battery (tests/test_rows.py) calls each
-# row with them in every dtype.
-
-
-def cramer_system(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """Nine (1, 1, 3, 6, 6) solve inputs of [0, 0.01]-response size: Hessian entries ~1e-2 with
-    a dominant diagonal (well posed), right-hand sides ~1e-3."""
-    generator = torch.Generator().manual_seed(7)
-    shape = (1, 1, 3, 6, 6)
-    diagonal = [-(0.008 + 0.004 * torch.rand(shape, generator=generator)) for _ in range(3)]
-    off = [0.001 * (torch.rand(shape, generator=generator) - 0.5) for _ in range(3)]
-    rhs = [0.002 * (torch.rand(shape, generator=generator) - 0.5) for _ in range(3)]
-    return tuple(t.to(dtype) for t in diagonal + off + rhs)
-
-
-def sift_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    """(SIFTDescriptor(32), two patches: one textured, one flat) in ``dtype``."""
-    from kornia.feature import SIFTDescriptor
-
-    generator = torch.Generator().manual_seed(3)
-    patches = torch.cat([torch.rand(1, 1, 32, 32, generator=generator), torch.full((1, 1, 32, 32), 0.5)])
-    return SIFTDescriptor(32).to(dtype), patches.to(dtype)
-
-
-def dense_sift_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    from kornia.feature import DenseSIFTDescriptor
-
-    generator = torch.Generator().manual_seed(4)
-    return DenseSIFTDescriptor().to(dtype), torch.rand(1, 1, 24, 24, generator=generator).to(dtype)
-
-
-# --------------------------------------------------------------------------------------------
-# Example calls of the torch_ops rows: small, well-posed, and exactly representable in float16
-# and bfloat16 where the float32 oracle must see the same values (inputs are rounded to the
-# coarser bfloat16 grid first, then cast to ``dtype``).
+# Inputs of the torch_ops demonstrations (also row examples in tests/examples.py): small,
+# well-posed, and exactly representable in float16 and bfloat16 where the float32 oracle must see
+# the same values (inputs are rounded to the coarser bfloat16 grid first, then cast to ``dtype``).
 
 
 def _rand(generator: torch.Generator, *shape: int) -> torch.Tensor:
@@ -119,34 +50,11 @@ def guided_multichannel(dtype: torch.dtype) -> Tuple[object, ...]:
     return _in(dtype, _rand(g, 1, 3, 12, 10), _rand(g, 1, 2, 12, 10)) + (5, 0.01)
 
 
-def fft_conv_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    g = torch.Generator().manual_seed(22)
-    return _in(dtype, _rand(g, 1, 2, 16, 16), _rand(g, 1, 5, 5) / 8)
-
-
 def zca_input(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     """(20, 3) samples with correlated columns (a well-conditioned covariance)."""
     g = torch.Generator().manual_seed(23)
     base = _rand(g, 20, 3)
     return _in(dtype, torch.stack([base[:, 0], base[:, 0] * 0.5 + base[:, 1], base[:, 2]], 1).bfloat16().float())
-
-
-def zca_inverse_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(ZCAWhitening(compute_inv=True) fitted, whitened data). A half fit keeps float32
-    statistics (zca_mean's row, as 0.9.0), so a half caller's module is the float32-fitted one."""
-    from kornia.enhance import ZCAWhitening
-
-    fit_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-    (data,) = zca_input(fit_dtype)
-    zca = ZCAWhitening(compute_inv=True).fit(data)
-    return (zca,) + _in(dtype, zca(data).detach().bfloat16().float())
-
-
-def zca_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(ZCAWhitening(), data, include_fit=True): fit and whiten in one call."""
-    from kornia.enhance import ZCAWhitening
-
-    return (ZCAWhitening(),) + zca_input(dtype) + (True,)
 
 
 def ellipses(dtype: torch.dtype) -> Tuple[torch.Tensor]:
@@ -157,17 +65,6 @@ def ellipses(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     c = 0.02 + _rand(g, 1, 4, 1) * 0.05
     b = (_rand(g, 1, 4, 1) - 0.5) * 0.01
     return _in(dtype, torch.cat([xy, a, b, c], -1).bfloat16().float())
-
-
-def warp_kpts_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """LoFTR's warp_kpts: keypoints, two constant depth maps, a pose and intrinsics."""
-    g = torch.Generator().manual_seed(25)
-    kpts = (_rand(g, 1, 6, 2) * 14).round()
-    depth = torch.full((1, 16, 16), 2.0)
-    pose = torch.eye(4).unsqueeze(0)
-    pose[:, 0, 3] = 0.125
-    K = torch.tensor([[[16.0, 0.0, 8.0], [0.0, 16.0, 8.0], [0.0, 0.0, 1.0]]])
-    return _in(dtype, kpts, depth, depth, pose, K, K)
 
 
 def descriptor_pair(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -181,34 +78,6 @@ def soft_argmax_volume(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     return _in(dtype, _rand(g, 1, 2, 3, 8, 8))
 
 
-def warp3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """_transform_warp_impl3d(src, a translation-and-scale 4x4, sizes, modes)."""
-    g = torch.Generator().manual_seed(28)
-    M = torch.eye(4).unsqueeze(0)
-    M[:, :3, :3] *= 1.25
-    M[:, :3, 3] = torch.tensor([0.5, -0.25, 1.0])
-    return _in(dtype, _rand(g, 1, 1, 4, 6, 6), M) + ((4, 6, 6), (4, 6, 6), "bilinear", "zeros", False)
-
-
-def _homography_points(g: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
-    points1 = (_rand(g, 1, 8, 2) * 8).round()
-    H = torch.tensor([[1.0, 0.125, 1.0], [-0.0625, 1.0, 0.5], [0.0, 0.0, 1.0]])
-    points2 = points1 @ H[:2, :2].T + H[:2, 2]
-    return points1, points2.bfloat16().float()
-
-
-def homography_points(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _in(dtype, *_homography_points(torch.Generator().manual_seed(29)))
-
-
-def homography_lines(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(1, 6, 2, 2) line segments and the same segments under a similarity."""
-    p1, p2 = _homography_points(torch.Generator().manual_seed(30))
-    p1 = torch.cat([p1, p1[:, 1:].roll(1, 1)], 1)[:, :12]
-    p2 = torch.cat([p2, p2[:, 1:].roll(1, 1)], 1)[:, :12]
-    return _in(dtype, p1.view(1, 6, 2, 2), p2.view(1, 6, 2, 2))
-
-
 def fundamental_points(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     """Seven correspondences of a stereo pair and method '7POINT' (the det path in every release)."""
     g = torch.Generator().manual_seed(31)
@@ -218,15 +87,6 @@ def fundamental_points(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     x1 = X[..., :2] / X[..., 2:]
     x2 = Y[..., :2] / Y[..., 2:]
     return _in(dtype, x1.bfloat16().float(), x2.bfloat16().float()) + (None, "7POINT")
-
-
-def essential_points(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Six normalized correspondences (the 5-point solver wants at least five)."""
-    g = torch.Generator().manual_seed(32)
-    X = torch.cat([_rand(g, 1, 6, 2) * 2 - 1, 2 + _rand(g, 1, 6, 1)], -1)
-    x1 = X[..., :2] / X[..., 2:]
-    x2 = (X[..., :2] + torch.tensor([0.25, 0.125])) / X[..., 2:]
-    return _in(dtype, x1.bfloat16().float(), x2.bfloat16().float())
 
 
 def _essential() -> torch.Tensor:
@@ -241,99 +101,8 @@ def essential_matrix(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     return _in(dtype, _essential())
 
 
-def essential_and_intrinsics(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    K = torch.tensor([[[16.0, 0.0, 8.0], [0.0, 16.0, 8.0], [0.0, 0.0, 1.0]]])
-    return _in(dtype, _essential(), K, K)
-
-
-def projection_pair(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Two 3x4 camera matrices of unit scale (the determinants stay in float16's range)."""
-    P1 = torch.cat([torch.eye(3), torch.zeros(3, 1)], 1).unsqueeze(0)
-    P2 = torch.tensor([[[1.0, 0.0, 0.125, -1.0], [0.0, 1.0, 0.0, 0.0], [-0.125, 0.0, 1.0, 0.0]]])
-    return _in(dtype, P1, P2)
-
-
-def square_matrices(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    g = torch.Generator().manual_seed(33)
-    return _in(dtype, (torch.eye(3) + _rand(g, 2, 3, 3) * 0.5).bfloat16().float())
-
-
-def projection_matrix(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """K [R | t] with K = diag(16, 16, 1) + principal point, R about z."""
-    K = torch.tensor([[16.0, 0.0, 8.0], [0.0, 16.0, 8.0], [0.0, 0.0, 1.0]])
-    R = torch.tensor([[0.96, -0.28, 0.0], [0.28, 0.96, 0.0], [0.0, 0.0, 1.0]])
-    t = torch.tensor([[0.5], [0.25], [2.0]])
-    return _in(dtype, (K @ torch.cat([R, t], 1)).unsqueeze(0).bfloat16().float())
-
-
-def large_kernel_filter(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """filter2d(3-channel 20x24 image, a 15x1 box kernel): inside the workaround's guard (a side
-    >= 15) but measured to return unpatched too (only kernel widths 15-31 hang), so an in-process
-    test cannot hang even if the guard broke."""
-    g = torch.Generator().manual_seed(34)
-    return _in(dtype, _rand(g, 1, 3, 20, 24), torch.full((1, 15, 1), 1.0 / 16))
-
-
-def quaternion_batch(dtype: torch.dtype) -> Tuple[object, None]:
-    """(Quaternion of 4 unit quaternions near identity, no weights) for average_quaternions."""
-    from kornia.geometry.quaternion import Quaternion
-
-    g = torch.Generator().manual_seed(35)
-    q = torch.tensor([1.0, 0.0, 0.0, 0.0]) + (_rand(g, 4, 4) - 0.5) * 0.25
-    return Quaternion((q / q.norm(dim=-1, keepdim=True)).bfloat16().to(dtype)), None
-
-
-def z1_points(dtype: torch.dtype) -> Tuple[object, object]:
-    """(Z1Projection(), three Vector3 points with z in [1, 3])."""
-    from kornia.geometry.vector import Vector3
-    from kornia.sensors.camera.projection_model import Z1Projection
-
-    g = torch.Generator().manual_seed(36)
-    xyz = torch.cat([_rand(g, 3, 2) * 4 - 2, 1 + (_rand(g, 3, 1) * 8).round() / 4], -1)
-    return Z1Projection(), Vector3(xyz.to(dtype))
-
-
-def pinhole_camera(dtype: torch.dtype) -> Tuple[object]:
-    """(PinholeCamera with a 4x4 intrinsics and identity extrinsics, batch 1)."""
-    from kornia.geometry.camera import PinholeCamera
-
-    K = torch.tensor([[[16.0, 0.0, 8.0, 0.0], [0.0, 16.0, 6.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]])
-    E = torch.eye(4).unsqueeze(0)
-    return (PinholeCamera(K.to(dtype), E.to(dtype), torch.tensor([12.0]).to(dtype), torch.tensor([16.0]).to(dtype)),)
-
-
-def homography_module(dtype: torch.dtype) -> Tuple[object]:
-    """(image_registrator.Homography whose model is a well-conditioned 3x3 matrix)."""
-    from kornia.geometry.transform.image_registrator import Homography
-
-    module = Homography()
-    with torch.no_grad():
-        module.model.copy_(torch.tensor([[1.25, 0.125, 2.0], [-0.0625, 1.0, 0.5], [0.0, 0.0, 1.0]]))
-    return (module.to(dtype),)
-
-
-def similarity_module(dtype: torch.dtype) -> Tuple[object]:
-    from kornia.geometry.transform.image_registrator import Similarity
-
-    module = Similarity(True, True, True)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.add_(0.125)
-    return (module.to(dtype),)
-
-
-def pyramid_blur_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor, torch.Tensor]:
-    """(ScalePyramid(), a 1-channel 20x24 image, a 15-tap 1-D kernel) for 0.8.3's _blur_fast: inside
-    the workaround's guard (a side >= 15), but one channel is not depthwise and was measured to
-    return unpatched too, so an in-process test cannot hang even if the guard broke."""
-    from kornia.geometry import ScalePyramid
-
-    g = torch.Generator().manual_seed(38)
-    return ScalePyramid(), _rand(g, 1, 1, 20, 24).to(dtype), torch.full((15,), 1.0 / 16).to(dtype)
-
-
 # --------------------------------------------------------------------------------------------
-# Example calls of the kornia_dtypes rows. Images hold gray pixels (r = g = b: the zero-chroma
+# Inputs of the kornia_dtypes demonstrations (also row examples). Images hold gray pixels (r = g = b: the zero-chroma
 # case whose eps vanishes in float16) and values on the bfloat16 grid, so float32 sees exactly
 # the half values.
 
@@ -346,171 +115,9 @@ def gray_patch_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     return _in(dtype, image)
 
 
-def hsv_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """(2, 3, 8, 8) HSV: hue in [0, 2 pi), saturation and value in [0, 1]."""
-    g = torch.Generator().manual_seed(42)
-    image = _rand(g, 2, 3, 8, 8)
-    image[:, 0] = (image[:, 0] * 6.25).bfloat16().float()
-    return _in(dtype, image)
-
-
-def gray_image_and_factor(dtype: torch.dtype) -> Tuple[object, ...]:
-    return gray_patch_image(dtype) + (0.375,)
-
-
-def image_to_equalize(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """(1, 3, 64, 64): histogram counts up to 4096, past float16's integer grid (2048)."""
-    g = torch.Generator().manual_seed(43)
-    return _in(dtype, (_rand(g, 1, 3, 64, 64) * 0.5).bfloat16().float())
-
-
-def image_pair_window(dtype: torch.dtype) -> Tuple[object, ...]:
-    """Two (1, 3, 16, 16) images and window 5: local variances of nearby pixels cancel in half."""
-    g = torch.Generator().manual_seed(44)
-    first = _rand(g, 1, 3, 16, 16)
-    second = (first + 0.05 * _rand(g, 1, 3, 16, 16)).clamp(0, 1).bfloat16().float()
-    return _in(dtype, first, second) + (5,)
-
-
-def image_pair(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return image_pair_window(dtype)[:2]
-
-
-def single_channel_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    g = torch.Generator().manual_seed(45)
-    return _in(dtype, _rand(g, 1, 1, 16, 16))
-
-
-def luv_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """(1, 3, 8, 8) Luv: L in [0, 100], u, v in [-50, 50]."""
-    g = torch.Generator().manual_seed(46)
-    image = _rand(g, 1, 3, 8, 8)
-    image[:, 0] *= 100
-    image[:, 1:] = image[:, 1:] * 100 - 50
-    return _in(dtype, image.bfloat16().float())
-
-
-def depth_and_camera(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(47)
-    depth = 1 + _rand(g, 1, 1, 8, 8)
-    camera = torch.tensor([[[8.0, 0.0, 4.0], [0.0, 8.0, 4.0], [0.0, 0.0, 1.0]]])
-    return _in(dtype, depth.bfloat16().float(), camera)
-
-
-def tps_points(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Six source points in [0, 1] and targets moved by up to 0.05: r^2 log r of close points
-    underflows in float16."""
-    g = torch.Generator().manual_seed(48)
-    source = _rand(g, 1, 6, 2)
-    target = (source + 0.05 * _rand(g, 1, 6, 2)).bfloat16().float()
-    return _in(dtype, source, target)
-
-
-def tps_warp_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(image, centres, kernel weights, affine weights): the weights solved in float32."""
-    import kornia
-
-    source, target = tps_points(torch.float32)
-    kernel, affine = kornia.geometry.transform.get_tps_transform(source, target)
-    g = torch.Generator().manual_seed(49)
-    return _in(dtype, _rand(g, 1, 3, 12, 12), source, kernel.bfloat16().float(), affine.bfloat16().float())
-
-
-def affine_shape_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    """(PatchAffineShapeEstimator(16), two textured patches)."""
-    from kornia.feature import PatchAffineShapeEstimator
-
-    g = torch.Generator().manual_seed(50)
-    return PatchAffineShapeEstimator(16).to(dtype), _in(dtype, _rand(g, 2, 1, 16, 16))[0]
-
-
-def dominant_orientation_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    """(PatchDominantGradientOrientation(32), a flat patch and a textured one): the flat one has no
-    gradient at all."""
-    from kornia.feature import PatchDominantGradientOrientation
-
-    g = torch.Generator().manual_seed(52)
-    patches = torch.cat([torch.full((1, 1, 32, 32), 0.5), _rand(g, 1, 1, 32, 32)])
-    return PatchDominantGradientOrientation(32), patches.to(dtype)
-
-
-def weighted_homography_points(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    points1, points2 = _homography_points(torch.Generator().manual_seed(51))
-    return _in(dtype, points1, points2, torch.ones(1, points1.shape[1]))
-
-
 def rgb_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     g = torch.Generator().manual_seed(52)
     return _in(dtype, _rand(g, 1, 3, 16, 16))
-
-
-def colormap_call(dtype: torch.dtype) -> Tuple[object, object]:
-    """(a (1, 1, 6, 6) image of 0..35, the 'autumn' colormap, float32 colours)."""
-    from kornia.color import colormap
-
-    if hasattr(colormap, "AUTUMN"):  # 0.7.0: one class per colormap
-        autumn = colormap.AUTUMN(64, None, torch.float32)
-    else:
-        autumn = colormap.ColorMap("autumn", 64, None, torch.float32)
-    return torch.arange(36.0).view(1, 1, 6, 6).to(dtype), autumn
-
-
-def augmentation_dtype_check(dtype: torch.dtype) -> Tuple[torch.Tensor, list]:
-    return torch.zeros(1, 3, 4, 4, dtype=dtype), [torch.float16, torch.float32, torch.float64]
-
-
-def discrete_kernel_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(kernel 9, sigma 2.5 as a (2, 1) tensor in ``dtype``)."""
-    return 9, torch.tensor([[2.5], [1.5]], dtype=dtype)
-
-
-def normal_transform_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(height 1, width 5, eps, device, dtype): the single-row image HomographyWarper normalises."""
-    return 1, 5, 1e-14, None, dtype
-
-
-def normal_transform3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(depth 1, height 2, width 5, eps, device, dtype): a single-slice volume."""
-    return 1, 2, 5, 1e-14, None, dtype
-
-
-def normalize_homography3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(a shift + shear in x and y that keeps the slice, source (1, 4, 5), destination (1, 4, 6))."""
-    homography = torch.tensor([[[1.0, 0.25, 0.0, 1.5], [0.0, 1.0, 0.0, 0.5], [0.0, 0.0, 1.0, 0.0],
-                                [0.0, 0.0, 0.0, 1.0]]])
-    return homography.to(dtype), (1, 4, 5), (1, 4, 6)
-
-
-def unbatched_quaternion(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """A (4,) unit quaternion, exact in half."""
-    return _in(dtype, torch.tensor([0.5, 0.5, -0.5, 0.5]))
-
-
-def unbatched_rotation_matrix(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """A (3, 3) half turn about x: the trace branch kornia's own test takes."""
-    return _in(dtype, torch.tensor([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, -1.0]]))
-
-
-def epipolar_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(a 3x3 matrix, two intrinsics with focal length 64): values exact in half."""
-    matrix = torch.tensor([[[0.0, -0.25, 0.5], [0.25, 0.0, -0.75], [-0.5, 0.75, 0.125]]])
-    k1 = torch.tensor([[[64.0, 0.0, 32.0], [0.0, 64.0, 24.0], [0.0, 0.0, 1.0]]])
-    k2 = torch.tensor([[[72.0, 0.0, 30.0], [0.0, 72.0, 26.0], [0.0, 0.0, 1.0]]])
-    return _in(dtype, matrix, k1, k2)
-
-
-def quartic_coefficients(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """(x-1)(x-2)(x-3)(x-4): four real roots."""
-    return _in(dtype, torch.tensor([[1.0, -10.0, 35.0, -50.0, 24.0]]))
-
-
-def soft_argmax_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(a 5x5 map with two peaks, 3x3 windows, stride 2, no padding, temperature 0.05, pixel
-    coordinates, values too): kornia's own cold-diagonal case."""
-    heat = torch.zeros(1, 1, 5, 5)
-    heat[0, 0, 1, 1] = 1.0
-    heat[0, 0, 3, 3] = 1.0
-    return _in(dtype, heat) + ((3, 3), (2, 2), (0, 0), 0.05, False, 1e-8, True)
 
 
 def histogram_call(dtype: torch.dtype) -> Tuple[object, ...]:
@@ -519,315 +126,10 @@ def histogram_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return _in(dtype, _rand(g, 1, 1, 16, 16)) + (0.0, 1.0, 16)
 
 
-def lovasz_hinge_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(54)
-    pred = (torch.randn(2, 1, 8, 8, generator=g)).bfloat16().float()
-    return pred.to(dtype), torch.randint(0, 2, (2, 8, 8), generator=g)
-
-
 def lovasz_softmax_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(55)
     pred = (torch.randn(2, 3, 8, 8, generator=g)).bfloat16().float()
     return pred.to(dtype), torch.randint(0, 3, (2, 8, 8), generator=g)
-
-
-def planckian_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(RandomPlanckianJitter, a (2, 3, 8, 8) image, its parameters drawn under seed 56, flags)."""
-    from kornia.augmentation import RandomPlanckianJitter
-
-    module = RandomPlanckianJitter(p=1.0)
-    image = _in(dtype, _rand(torch.Generator().manual_seed(56), 2, 3, 8, 8))[0]
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(56)
-        params = module.forward_parameters(image.shape)
-    finally:
-        torch.random.set_rng_state(state)
-    return module, image, params, module.flags
-
-
-# --------------------------------------------------------------------------------------------
-# Warps with float32 geometry (warp_geometry): every value exact in bfloat16, so each half dtype
-# holds the very parameters the float32 oracle gets.
-
-
-def _warp_image(seed: int, *shape: int) -> torch.Tensor:
-    return _rand(torch.Generator().manual_seed(seed), *shape)
-
-
-def _affine_2x3() -> torch.Tensor:
-    return torch.tensor([[[0.96875, -0.25, 2.5], [0.25, 0.96875, -1.75]]])
-
-
-def _homography_3x3() -> torch.Tensor:
-    return torch.tensor([[[0.96875, -0.25, 2.5], [0.25, 0.96875, -1.75], [0.001953125, -0.0009765625, 1.0]]])
-
-
-def warp_affine_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(image, 2x3 rotation-and-shift, dsize, bilinear, border)."""
-    return _in(dtype, _warp_image(61, 1, 2, 12, 10), _affine_2x3()) + ((11, 9), "bilinear", "border")
-
-
-def warp_perspective_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    return _in(dtype, _warp_image(62, 1, 2, 12, 10), _homography_3x3()) + ((11, 9), "bilinear", "reflection")
-
-
-def remap_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(image, map_x, map_y) in pixels: a shift by 0.75 px and a slight shear."""
-    ys, xs = torch.meshgrid(torch.arange(12.0), torch.arange(10.0), indexing="ij")
-    maps = _in(dtype, _warp_image(63, 1, 2, 12, 10), (xs + 0.75 + ys * 0.125)[None], (ys - 0.5)[None])
-    return maps + ("bilinear", "zeros", True)
-
-
-def homography_warp_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(patch, normalised homography, dsize)."""
-    H = torch.tensor([[[0.96875, -0.125, 0.0625], [0.125, 0.96875, -0.03125], [0.0078125, 0.0, 1.0]]])
-    return _in(dtype, _warp_image(64, 1, 2, 12, 10), H) + ((12, 10),)
-
-
-def warp_grid_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(float32 normalised meshgrid, as HomographyWarper holds it; homography in ``dtype``)."""
-    from kornia.utils import create_meshgrid
-
-    grid = create_meshgrid(12, 10, normalized_coordinates=True)
-    return grid, homography_warp_call(torch.float32)[1].to(dtype)
-
-
-def _affine_3x4() -> torch.Tensor:
-    return torch.tensor([[[0.96875, -0.25, 0.0, 1.5], [0.25, 0.96875, 0.0, -0.75], [0.0, 0.0, 1.0, 0.5]]])
-
-
-def warp_affine3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    return _in(dtype, _warp_image(65, 1, 1, 4, 6, 5), _affine_3x4()) + ((4, 6, 5),)
-
-
-def warp_perspective3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    M = torch.cat([_affine_3x4(), torch.tensor([[[0.0, 0.0, 0.0, 1.0]]])], dim=1)
-    return _in(dtype, _warp_image(66, 1, 1, 4, 6, 5), M) + ((4, 6, 5),)
-
-
-def homography_warp3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    M = torch.cat([_affine_3x4() * torch.tensor([1.0, 1.0, 1.0, 0.125]), torch.tensor([[[0.0, 0.0, 0.0, 1.0]]])], dim=1)
-    return _in(dtype, _warp_image(67, 1, 1, 4, 6, 5), M) + ((4, 6, 5),)
-
-
-def warp_grid3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    from kornia.utils import create_meshgrid3d
-
-    grid = create_meshgrid3d(4, 6, 5, normalized_coordinates=True)
-    return grid, homography_warp3d_call(torch.float32)[1].to(dtype)
-
-
-def affine_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _in(dtype, _warp_image(68, 1, 2, 12, 10), _affine_2x3())
-
-
-def rotate_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _in(dtype, _warp_image(69, 2, 2, 12, 10), torch.tensor([17.5, -40.0]))
-
-
-def translate_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _in(dtype, _warp_image(70, 1, 2, 12, 10), torch.tensor([[1.75, -0.5]]))
-
-
-def scale_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _in(dtype, _warp_image(71, 1, 2, 12, 10), torch.tensor([[1.25, 0.875]]))
-
-
-def shear_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _in(dtype, _warp_image(72, 1, 2, 12, 10), torch.tensor([[0.125, -0.25]]))
-
-
-def affine_module_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    """(Affine with angle/translation/scale in ``dtype``, as the release requires, image)."""
-    from kornia.geometry.transform import Affine
-
-    module = Affine(angle=torch.tensor([22.5]).to(dtype), translation=torch.tensor([[1.5, -0.75]]).to(dtype),
-                    scale_factor=torch.tensor([[1.125, 0.875]]).to(dtype))
-    return module, _warp_image(73, 1, 2, 12, 10).to(dtype)
-
-
-def rotation_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(centre, angle, scale): a quarter turn and 17.5 degrees."""
-    return _in(dtype, torch.tensor([[4.5, 5.5], [4.5, 5.5]]), torch.tensor([90.0, 17.5]), torch.ones(2, 2))
-
-
-def affine_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(translations, centre, scale, angle, sx, sy)."""
-    return _in(dtype, torch.tensor([[1.5, -0.75]]), torch.tensor([[4.5, 5.5]]), torch.tensor([[1.125, 0.875]]),
-               torch.tensor([37.5]), torch.tensor([0.125]), torch.tensor([-0.0625]))
-
-
-def affine_matrix3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(translations, centre, scale, angles)."""
-    return _in(dtype, torch.tensor([[1.5, -0.75, 0.5]]), torch.tensor([[4.5, 5.5, 2.0]]),
-               torch.tensor([[1.125, 0.875, 1.0]]), torch.tensor([[90.0, 17.5, -30.0]]))
-
-
-def projective_transform_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(centre, angles, scales): a quarter turn about z, as kornia's own tests."""
-    return _in(dtype, torch.tensor([[1.0, 1.0, 1.0]]), torch.tensor([[0.0, 0.0, 90.0]]), torch.ones(1, 3))
-
-
-def perspective_transform_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(corners of a 256x192 image, the corners moved by up to 10 px): float16 overflows here.
-    Integers below 256 and 264: exact in both half dtypes."""
-    src = torch.tensor([[[0.0, 0.0], [255.0, 0.0], [255.0, 191.0], [0.0, 191.0]]])
-    dst = torch.tensor([[[4.0, -2.0], [248.0, 4.0], [264.0, 198.0], [-2.0, 182.0]]])
-    return _in(dtype, src, dst)
-
-
-def perspective_transform3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(the 8 corners of a 100x80x50 box, moved by up to 3 px; integers, exact in half)."""
-    src = torch.tensor([[[0.0, 0.0, 0.0], [99.0, 0.0, 0.0], [99.0, 79.0, 0.0], [0.0, 79.0, 0.0],
-                         [0.0, 0.0, 49.0], [99.0, 0.0, 49.0], [99.0, 79.0, 49.0], [0.0, 79.0, 49.0]]])
-    moved = torch.tensor([[[1.0, -2.0, 0.0], [-3.0, 1.0, 2.0], [2.0, 3.0, -1.0], [0.0, -1.0, 3.0],
-                           [-2.0, 2.0, 1.0], [3.0, 0.0, -2.0], [-1.0, -3.0, 0.0], [2.0, 1.0, -3.0]]])
-    return _in(dtype, src, src + moved)
-
-
-def shear_matrix2d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(centre, sx, sy): values exact in both half dtypes."""
-    return _in(dtype, torch.tensor([[120.5, 87.5]]), torch.tensor([0.375]), torch.tensor([-0.4375]))
-
-
-def shear_matrix3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(centre, sxy, sxz, syx, syz, szx, szy): values exact in both half dtypes."""
-    shears = (0.375, -0.25, 0.125, 0.4375, -0.3125, 0.0625)
-    return _in(dtype, torch.tensor([[60.5, 41.25, 20.75]]), *(torch.tensor([v]) for v in shears))
-
-
-def affine_inverse_call(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    return _in(dtype, _affine_2x3() * torch.tensor([1.0, 1.0, 8.0]))
-
-
-def affine3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _in(dtype, _warp_image(74, 1, 1, 4, 6, 5), _affine_3x4())
-
-
-def rotate3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    return _in(dtype, _warp_image(75, 1, 1, 4, 6, 5), torch.tensor([17.5]), torch.tensor([-5.0]), torch.tensor([8.0]))
-
-
-def crop_by_transform_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    T = torch.tensor([[[1.0, 0.0, -1.5], [0.0, 1.0, -2.25], [0.0, 0.0, 1.0]]])
-    return _in(dtype, _warp_image(76, 1, 2, 12, 10), T) + ((7, 6),)
-
-
-def _boxes(x0: float, y0: float, x1: float, y1: float) -> torch.Tensor:
-    return torch.tensor([[[x0, y0], [x1, y0], [x1, y1], [x0, y1]]])
-
-
-def crop_boxes_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """crop_and_resize(image, boxes, size)."""
-    return _in(dtype, _warp_image(77, 1, 2, 12, 10), _boxes(1.5, 2.0, 7.5, 9.0)) + ((6, 5),)
-
-
-def crop_by_boxes_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """crop_by_boxes(image, src_box, dst_box)."""
-    return _in(dtype, _warp_image(77, 1, 2, 12, 10), _boxes(1.5, 2.0, 7.5, 9.0), _boxes(0.0, 0.0, 4.0, 5.0))
-
-
-def center_crop_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    return (_warp_image(78, 1, 2, 13, 10).to(dtype), (7, 6))
-
-
-def center_crop_module_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    from kornia.geometry.transform import CenterCrop2D
-
-    return CenterCrop2D((7, 6), cropping_mode="resample"), _warp_image(79, 1, 2, 13, 10).to(dtype)
-
-
-def crop_by_transform3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    T = torch.eye(4)[None].clone()
-    T[0, :3, 3] = torch.tensor([-1.5, -0.75, -0.5])
-    return _in(dtype, _warp_image(80, 1, 1, 5, 6, 5), T) + ((3, 4, 3),)
-
-
-def _box3d(x0: float, y0: float, z0: float, x1: float, y1: float, z1: float) -> torch.Tensor:
-    return torch.tensor([[[x0, y0, z0], [x1, y0, z0], [x1, y1, z0], [x0, y1, z0],
-                          [x0, y0, z1], [x1, y0, z1], [x1, y1, z1], [x0, y1, z1]]])
-
-
-def crop_boxes3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """crop_and_resize3d(volume, boxes, size)."""
-    return _in(dtype, _warp_image(81, 1, 1, 5, 6, 5), _box3d(0.5, 1.0, 0.25, 3.5, 4.5, 3.0)) + ((3, 4, 3),)
-
-
-def crop_by_boxes3d_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """crop_by_boxes3d(volume, src_box, dst_box)."""
-    return _in(dtype, _warp_image(81, 1, 1, 5, 6, 5), _box3d(0.5, 1.0, 0.25, 3.5, 4.5, 3.0),
-               _box3d(0.0, 0.0, 0.0, 2.0, 3.0, 2.0))
-
-
-def center_crop3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    return (_warp_image(82, 1, 1, 5, 7, 6).to(dtype), (3, 4, 3))
-
-
-def elastic_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(image, noise in [-1, 1], kernel size, sigma, alpha)."""
-    g = torch.Generator().manual_seed(83)
-    noise = (_rand(g, 1, 2, 12, 10) * 2 - 1).bfloat16().float()
-    return _in(dtype, _rand(g, 1, 2, 12, 10), noise) + ((5, 5), (2.0, 2.0), (1.5, 1.5))
-
-
-def homography_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    from kornia.geometry.transform import HomographyWarper
-
-    patch, H, _ = homography_warp_call(dtype)
-    return HomographyWarper(12, 10), patch, H
-
-
-def homography_warper_precompute_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(HomographyWarper(12, 10), the homography): precompute_warp_grid returns None, stores a grid."""
-    from kornia.geometry.transform import HomographyWarper
-
-    _, H, _ = homography_warp_call(dtype)
-    return HomographyWarper(12, 10), H
-
-
-def _depth_camera() -> torch.Tensor:
-    return torch.tensor([[[12.0, 0.0, 5.0], [0.0, 12.0, 6.0], [0.0, 0.0, 1.0]]])
-
-
-def warp_frame_depth_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(image, depth in [2, 3], a small pose, intrinsics)."""
-    g = torch.Generator().manual_seed(84)
-    pose = torch.eye(4)[None].clone()
-    pose[0, :3, 3] = torch.tensor([0.125, -0.0625, 0.0])
-    pose[0, :2, :2] = torch.tensor([[0.96875, -0.25], [0.25, 0.96875]])
-    image, depth = _rand(g, 1, 2, 12, 10), (2 + _rand(g, 1, 1, 12, 10)).bfloat16().float()
-    return _in(dtype, image, depth, pose, _depth_camera())
-
-
-def depth_warper_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(DepthWarper with float32 cameras and its projection computed, depth, patch)."""
-    from kornia.geometry.camera import PinholeCamera
-    from kornia.geometry.depth import DepthWarper
-
-    K = torch.eye(4)[None].clone()
-    K[0, :3, :3] = _depth_camera()
-    pose = torch.eye(4)[None].clone()
-    pose[0, 0, 3] = 0.125
-    size = (torch.tensor([12.0]), torch.tensor([10.0]))
-    warper = DepthWarper(PinholeCamera(K, pose, *size), 12, 10)
-    warper.compute_projection_matrix(PinholeCamera(K, torch.eye(4)[None], *size))
-    g = torch.Generator().manual_seed(85)
-    return (warper,) + _in(dtype, (2 + _rand(g, 1, 1, 12, 10)).bfloat16().float(), _rand(g, 1, 2, 12, 10))
-
-
-def undistort_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(image, intrinsics, radial/tangential coefficients)."""
-    dist = torch.tensor([[0.0625, -0.03125, 0.001953125, -0.0009765625]])
-    return _in(dtype, _warp_image(86, 1, 2, 12, 10), _depth_camera(), dist)
-
-
-def affine_grid_unit_side(dtype: torch.dtype) -> Tuple[torch.Tensor, List[int], bool]:
-    """(5 3x4 affine matrices near identity, a 5x3x1x3x3 size, align_corners=False): a depth-1
-    volume, RandomAffine3D's upstream test case, where torch's half affine_grid raises."""
-    g = torch.Generator().manual_seed(51)
-    theta = torch.eye(3, 4) + (_rand(g, 5, 3, 4) - 0.5) * 0.1
-    return theta.to(dtype), [5, 3, 1, 3, 3], False
 
 
 def _textured_image(seed: int, height: int, width: int) -> torch.Tensor:
@@ -851,22 +153,6 @@ def scale_space_detect_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return ScaleSpaceDetector(24), _textured_image(60, 64, 80).to(dtype), 24
 
 
-def scale_pyramid_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    """(ScalePyramid(3, 1.6, 15), a textured (1, 1, 64, 80) image): three octaves."""
-    from kornia.geometry.transform import ScalePyramid
-
-    return ScalePyramid(3, 1.6, 15), _textured_image(61, 64, 80).to(dtype)
-
-
-def mkd_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    """(MKDDescriptor(32, whitening=None), three (1, 32, 32) patches): no whitening weights
-    (they are a download)."""
-    from kornia.feature import MKDDescriptor
-
-    g = torch.Generator().manual_seed(62)
-    return MKDDescriptor(32, whitening=None), _in(dtype, _rand(g, 3, 1, 32, 32))[0]
-
-
 def normalize_homography_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """(a shift + shear along x that keeps the row, source (1, 5), destination (1, 6)): single-row
     images, as warp_perspective normalises them."""
@@ -874,141 +160,8 @@ def normalize_homography_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return homography.to(dtype), (1, 5), (1, 6)
 
 
-class _TinyResponse(torch.nn.Module):
-    """A learned-looking response model with a weight (3x3 conv, fixed values), so the half module
-    has half parameters as a converted KeyNet does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(1, 1, 3, padding=1, bias=False)
-        with torch.no_grad():
-            self.conv.weight.copy_(torch.tensor([[[[0.0, -0.25, 0.0], [-0.25, 1.0, -0.25], [0.0, -0.25, 0.0]]]]))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(x).abs()
-
-
-def single_level_detection_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(a MultiResolutionDetector with a one-conv response in ``dtype``, a textured (1, 1, 300, 280)
-    image, 40 points, level factor (1.2, 1.2)): pixel positions times 1.2 above 256 px, where
-    bfloat16 steps by 2."""
-    from kornia.feature import MultiResolutionDetector
-
-    module = MultiResolutionDetector(_TinyResponse(), 40).to(dtype if dtype in (torch.float16, torch.bfloat16) else dtype)
-    return module, _textured_image(63, 300, 280).to(dtype), 40, (1.2, 1.2)
-
-
 def black_rgb_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     """A (1, 3, 4, 4) image whose lower half is black (rgb_to_luv divides by X + 15Y + 3Z)."""
     image = _rand(torch.Generator().manual_seed(64), 1, 3, 4, 4)
     image[..., 2:, :] = 0.0
     return _in(dtype, image)
-
-
-def volume_pair_window(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(two close (1, 1, 4, 16, 16) volumes, window 5)."""
-    g = torch.Generator().manual_seed(65)
-    first = _rand(g, 1, 1, 4, 16, 16)
-    second = (first + 0.05 * _rand(g, 1, 1, 4, 16, 16)).clamp(0, 1).bfloat16().float()
-    return _in(dtype, first, second) + (5,)
-
-
-def histogram_far_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(64 values in [0, 0.1], 8 bins over [0.5, 1], bandwidth 0.01): every value far from every bin."""
-    values = _rand(torch.Generator().manual_seed(66), 1, 64) * 0.1
-    return _in(dtype, values, torch.linspace(0.5, 1.0, 8), torch.tensor(0.01))
-
-
-def histogram2d_far_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    values, bins, bandwidth = histogram_far_call(dtype)
-    return values, values.flip(-1), bins, bandwidth
-
-
-def laf_call(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """Two sheared, rotated LAFs (1, 2, 2, 3) with centres near 300 px."""
-    laf = torch.tensor([[[[4.0, 1.0, 310.0], [0.5, 3.0, 12.0]], [[2.5, -1.5, 40.0], [1.25, 6.0, 290.0]]]])
-    return _in(dtype, laf)
-
-
-def lab_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """L in [0, 100], a and b in [-60, 60], on bfloat16's grid."""
-    g = torch.Generator().manual_seed(67)
-    lab = torch.cat([100 * _rand(g, 1, 1, 8, 8), 120 * _rand(g, 1, 2, 8, 8) - 60], dim=1).bfloat16().float()
-    return _in(dtype, lab)
-
-
-def otsu_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(OtsuThreshold(), a (1, 1, 10, 10) ramp, 256 bins, slow_and_differentiable=True)."""
-    from kornia.filters.otsu_thresholding import OtsuThreshold
-
-    return (OtsuThreshold(),) + ramp_image(dtype) + (256, True)
-
-
-def blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(a (1, 3, 20, 24) image, 5x5 kernel, sigma (1.5, 2.5))."""
-    g = torch.Generator().manual_seed(76)
-    return _in(dtype, _rand(g, 1, 3, 20, 24)) + ((5, 5), (1.5, 2.5))
-
-
-def jpeg_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """(a (2, 3, 16, 16) image, qualities 50 and 80)."""
-    g = torch.Generator().manual_seed(77)
-    return _in(dtype, _rand(g, 2, 3, 16, 16), torch.tensor([50.0, 80.0]))
-
-
-def ramp_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
-    """A (1, 1, 10, 10) ramp over [0, 1] (otsu_threshold's histogram)."""
-    return _in(dtype, torch.linspace(0, 1, 100).view(1, 1, 10, 10).bfloat16().float())
-
-
-def median_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """A (2, 3, 8, 8) image and a 3x3 window."""
-    return gray_patch_image(dtype) + ((3, 3),)
-
-
-def max_blur_pool_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """A (2, 3, 8, 8) image, a 3x3 Pascal kernel per channel, stride 2, max-pool size 2, no ceil."""
-    kernel = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
-    return gray_patch_image(dtype) + (kernel.to(dtype).repeat(3, 1, 1, 1), 2, 2, False)
-
-
-def edge_aware_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """A (2, 3, 8, 8) image and a 3x3 pooling kernel."""
-    return gray_patch_image(dtype) + (3,)
-
-
-def quaternion_components(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """w, x, y, z of four unit quaternions."""
-    g = torch.Generator().manual_seed(43)
-    q = _rand(g, 4, 4) - 0.5
-    q = q / q.norm(dim=-1, keepdim=True)
-    return _in(dtype, q[:, 0], q[:, 1], q[:, 2], q[:, 3])
-
-
-def homography_normalization_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """A pixel homography (1, 3, 3) between a 16x20 source and a 12x18 destination."""
-    H = torch.tensor([[[1.0625, 0.03125, 2.0], [-0.03125, 0.9375, 1.0], [0.0, 0.0, 1.0]]])
-    return _in(dtype, H) + ((16, 20), (12, 18))
-
-
-def epiline_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Five pixel points (1, 5, 2) and a fundamental matrix (1, 3, 3)."""
-    g = torch.Generator().manual_seed(44)
-    return _in(dtype, (_rand(g, 1, 5, 2) * 16).round(), _rand(g, 1, 3, 3) - 0.5)
-
-
-def two_camera_poses(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """R1, t1, R2, t2: two rotations about z (1, 3, 3) and translations (1, 3, 1)."""
-    def rotation(angle: float) -> torch.Tensor:
-        c, s = torch.cos(torch.tensor(angle)), torch.sin(torch.tensor(angle))
-        return torch.tensor([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])[None]
-
-    return _in(dtype, rotation(0.25), torch.tensor([[[0.5], [0.25], [1.0]]]), rotation(-0.5),
-               torch.tensor([[[-0.25], [0.5], [2.0]]]))
-
-
-def camera_krt(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
-    """K (1, 3, 3), R (1, 3, 3), t (1, 3, 1)."""
-    K = torch.tensor([[[100.0, 0.0, 32.0], [0.0, 100.0, 24.0], [0.0, 0.0, 1.0]]])
-    R, t = two_camera_poses(torch.float32)[:2]
-    return _in(dtype, K, R, t)

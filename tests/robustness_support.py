@@ -1,4 +1,4 @@
-"""The robustness battery of issue 14: torch states, apply/import orders, checks that fixes work.
+"""The robustness battery: torch states, apply/import orders, checks that fixes work.
 
 Imported by ``tests/test_robustness_*.py`` and run as a script, it is the battery's runner:
 

@@ -10,7 +10,7 @@ import torch
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, _environment, testing
+from kornia_halfpatch import _engine, _environment, _model, testing
 from support import UPSTREAM_FIXED, grid_module, needs_old_kornia, run_python
 
 # Kornia modules that bind create_meshgrid by name but are not imported by ``import kornia``.
@@ -221,24 +221,13 @@ def test_exclude_and_only_select_fixes(monkeypatch):
 
 
 
-@needs_old_kornia
-def test_former_fix_names_still_name_their_fix(monkeypatch):
-    from kornia_halfpatch.fixes import FORMER_NAMES
-
-    assert FORMER_NAMES["meshgrid"] == "utils_grids"
-    kornia_halfpatch.revert()
-    report = kornia_halfpatch.apply(only=["meshgrid"])
-    assert report.applied == ["utils_grids"]
-    assert report.fixes["meshgrid"] is report.fixes["utils_grids"]
-    with kornia_halfpatch.unpatched(["meshgrid"]):
-        assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
-    assert kornia_halfpatch.is_patched(grid_module().create_meshgrid)
-    kornia_halfpatch.revert(["meshgrid"])
-    assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
-    monkeypatch.setenv(_environment.ENV_EXCLUDE, "meshgrid")
-    assert "utils_grids" not in kornia_halfpatch.apply().applied
+def test_a_fix_has_one_name():
+    # The package was never released under other fix names: a name that is not a fix is refused.
+    with pytest.raises(ValueError, match="unknown kornia_halfpatch fix 'meshgrid'"):
+        kornia_halfpatch.apply(only=["meshgrid"])
+    report = kornia_halfpatch.apply()
     with pytest.raises(KeyError):
-        report.fixes["no_such_fix"]
+        report.fixes["meshgrid"]
 
 
 @pytest.mark.slow
@@ -376,8 +365,8 @@ def counting_fix(name, attribute, calls):
 
         return replacement
 
-    target = _engine.Target((f"torch.nn.functional:{attribute}",), build, scope=_engine.SCOPE_KORNIA)
-    return _engine.Fix(name=name, targets=(target,))
+    target = _model.Target((f"torch.nn.functional:{attribute}",), build, scope=_model.SCOPE_KORNIA)
+    return _model.Fix(name=name, targets=(target,))
 
 
 @pytest.fixture
@@ -536,7 +525,7 @@ def test_a_view_follows_its_module_when_another_fix_patches_the_module_itself(st
         return relu
 
     real_relu = torch.nn.functional.relu
-    everywhere = _engine.Fix(name="everywhere", targets=(_engine.Target(("torch.nn.functional:relu",), build),))
+    everywhere = _model.Fix(name="everywhere", targets=(_model.Target(("torch.nn.functional:relu",), build),))
     _engine._registry_override.append(everywhere)
     try:
         kornia_halfpatch.apply(only=["everywhere"])
@@ -564,8 +553,8 @@ def option_fix(name, attribute, options, configured):
 
         return replacement
 
-    target = _engine.Target((f"torch.nn.functional:{attribute}",), build, scope=_engine.SCOPE_KORNIA)
-    return _engine.Fix(name=name, targets=(target,), options=options, configure=configure)
+    target = _model.Target((f"torch.nn.functional:{attribute}",), build, scope=_model.SCOPE_KORNIA)
+    return _model.Fix(name=name, targets=(target,), options=options, configure=configure)
 
 
 @needs_old_kornia

@@ -1,4 +1,4 @@
-"""The engine never breaks the program it runs in (issue 14, engine side): probes run in a clean
+"""The engine never breaks the program it runs in: probes run in a clean
 torch state and leave the caller's exactly as it was; a failing probe or install skips its fix
 with the reason and rolls back; replacements pickle, copy and introspect like their originals.
 
@@ -74,7 +74,7 @@ class Deterministic:
         torch.use_deterministic_algorithms(False)
 
 
-# The states of issue 14's table plus those found on the way; each a context manager factory.
+# Torch states a caller may be in; each a context manager factory.
 CALLER_STATES = {
     "no_grad": torch.no_grad,
     "inference_mode": torch.inference_mode,

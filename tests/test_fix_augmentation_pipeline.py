@@ -1,5 +1,5 @@
 """augmentation: a half augmentation is the release's float32 augmentation of the widened input,
-narrowed once (issues 10 and 11).
+narrowed once.
 
 Oracle: the installed release's float32 augmentation (the augmentation_pipeline fix reverted) of the half
 input widened to float32, under the same seed, computed in the same run; its outputs narrowed to

@@ -12,7 +12,7 @@ import os
 import pickle
 from pathlib import Path
 
-import gen_descriptor_norm as gen
+import gen_feature_descriptors as gen
 import pytest
 import torch
 
@@ -33,7 +33,7 @@ from support import (
 
 FIX = "feature_descriptors"
 # Recorded inputs only (calibrated statistics, weight checksums); 0.9.0's outputs come from `oracle`.
-RECORDED = torch.load(Path(__file__).parent / "golden" / "descriptor_norm.pt")
+RECORDED = torch.load(Path(__file__).parent / "golden" / "feature_descriptors.pt")
 ALL_DTYPES = HALF_DTYPES + FULL_DTYPES
 SCRIPTABLE = ("sosnet", "hynet_bias", "hardnet", "hardnet8")
 
@@ -60,7 +60,7 @@ _networks = {}
 
 
 def network(name: str, config: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """Seeded network (see gen_descriptor_norm), cached per dtype; eval mode."""
+    """Seeded network (see gen_feature_descriptors), cached per dtype; eval mode."""
     key = (name, config, dtype)
     if key not in _networks:
         base = _networks.get((name, config, torch.float32))
@@ -146,7 +146,7 @@ def _oracle_groups():
 @pytest.fixture(scope="module")
 def kornia090():
     """Kornia 0.9.0's descriptors on the same weights and inputs, computed on this machine."""
-    return oracle.kornia090_outputs("descriptor_norm")  # the generator, tests/golden/gen_descriptor_norm.py
+    return oracle.kornia090_outputs("feature_descriptors")  # the generator, tests/golden/gen_feature_descriptors.py
 
 
 @pytest.mark.parametrize("name,config,dtype_name", _oracle_groups())

@@ -30,7 +30,7 @@ ENV = {"PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     ],
 )
 def test_the_workaround_is_chosen_by_cpu_capability_or_forced(monkeypatch, value, flag, verdict):
-    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, value)
+    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, value)
     monkeypatch.setattr(filters_conv_hang, "cpu_has_avx512_fp16", lambda: flag)
     finding = filters_conv_hang.probe([None])
     assert finding.verdict is verdict
@@ -44,14 +44,14 @@ def test_the_verdict_follows_the_variable_set_at_run_time_on_a_cpu_without_avx51
     from kornia_halfpatch import testing
 
     monkeypatch.setenv(filters_conv_hang.ENV_AVX512_FP16, "0")
-    monkeypatch.delenv(filters_conv_hang.ENV_FP16_CONV_HANG, raising=False)
+    monkeypatch.delenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, raising=False)
     with testing.isolated(only=["filters_conv_hang"]) as report:
         status = report.fixes["filters_conv_hang"]
         assert status.verdict is Verdict.NOT_NEEDED and "does not report avx512_fp16" in status.reason, status
-    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, "on")
+    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
     with testing.isolated(only=["filters_conv_hang"]) as report:
         assert report.fixes["filters_conv_hang"].applied, report.fixes["filters_conv_hang"]
-    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, "off")
+    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "off")
     with testing.isolated(only=["filters_conv_hang"]) as report:
         assert report.fixes["filters_conv_hang"].verdict is Verdict.NOT_NEEDED
 
@@ -107,7 +107,7 @@ print("returned")
 def test_forced_workaround_returns_with_the_float32_result_narrowed():
     # The call that hangs unpatched on avx512_fp16 CPUs: gaussian_blur2d, kernel 15, 41x61.
     try:
-        result = run_python(BLUR, env={**ENV, filters_conv_hang.ENV_FP16_CONV_HANG: "on"}, timeout=240)
+        result = run_python(BLUR, env={**ENV, filters_conv_hang.ENV_FILTERS_CONV_HANG: "on"}, timeout=240)
     except subprocess.TimeoutExpired:
         pytest.fail("float16 gaussian_blur2d did not return within 240 s with the workaround on")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -122,7 +122,7 @@ report = kornia_halfpatch.apply()
 print(report.fixes["filters_conv_hang"].verdict.name)
 print(kornia_halfpatch.is_patched(kornia.filters.filter.filter2d))
 """
-    result = run_python(code, env={**ENV, filters_conv_hang.ENV_FP16_CONV_HANG: "off"}, timeout=240)
+    result = run_python(code, env={**ENV, filters_conv_hang.ENV_FILTERS_CONV_HANG: "off"}, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["NOT_NEEDED", "False"]
 
@@ -130,9 +130,7 @@ print(kornia_halfpatch.is_patched(kornia.filters.filter.filter2d))
 # --------------------------------------------------------------------------------------------
 # kornia's own F.conv2d calls (MS_SSIMLoss, blur_pool2d, ...): the kornia-scoped conv2d target
 
-import ast  # noqa: E402
-import inspect  # noqa: E402
-import types  # noqa: E402
+import sys  # noqa: E402
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -147,7 +145,7 @@ REAL_CONV2D = F.conv2d
 @pytest.fixture
 def conv_replacement(monkeypatch):
     """The installed kornia-scoped conv2d replacement (workaround forced on)."""
-    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, "on")
+    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
     with testing.isolated(only=["filters_conv_hang"]) as report:
         assert report.fixes["filters_conv_hang"].applied, report
         found = [r for name, target, o, r in testing.installed_targets() if target is filters_conv_hang.CONV2D_TARGET]
@@ -200,20 +198,9 @@ def test_conv2d_target_scripts_and_compiles_fullgraph(conv_replacement):
 def conv2d_call_sites():
     """(module, line, chain) of every kornia call whose callee resolves to torch's conv2d through
     the module's globals (F.conv2d, torch.nn.functional.conv2d, torch.conv2d, a bound name)."""
-    from half_call_sites import _chain, _resolve, kornia_modules
+    from kornia_call_sites import calls_of
 
-    sites = []
-    for module in kornia_modules():
-        try:
-            tree = ast.parse(inspect.getsource(module))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                chain = _chain(node.func)
-                if chain and kornia_halfpatch.get_original(_resolve(vars(module), chain)) is REAL_CONV2D:
-                    sites.append((module, node.lineno, chain))
-    return sites
+    return [(sys.modules[site.module], site.line, site.callee.split(".")) for site in calls_of(REAL_CONV2D)]
 
 
 def _live(namespace, chain):
@@ -227,7 +214,7 @@ def test_every_kornia_conv2d_call_site_reaches_the_replacement_and_revert_restor
     sites = conv2d_call_sites()
     found = {module.__name__ for module, _, _ in sites}
     assert {"kornia.filters.filter", "kornia.filters.blur_pool", "kornia.losses.ms_ssim"} <= found, sorted(found)
-    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, "on")
+    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
     with testing.isolated(only=["warp_sampling", "filters_conv_hang"]) as report:
         assert report.fixes["filters_conv_hang"].applied
         replacement = [r for _, target, _, r in testing.installed_targets() if target is filters_conv_hang.CONV2D_TARGET][0]
@@ -278,7 +265,7 @@ print("returned")
 @pytest.mark.slow
 def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
     try:
-        result = run_python(MS_SSIM_AND_BLUR_POOL, env={**ENV, filters_conv_hang.ENV_FP16_CONV_HANG: "on"}, timeout=240)
+        result = run_python(MS_SSIM_AND_BLUR_POOL, env={**ENV, filters_conv_hang.ENV_FILTERS_CONV_HANG: "on"}, timeout=240)
     except subprocess.TimeoutExpired:
         pytest.fail("float16 MS_SSIMLoss / max_blur_pool2d did not return within 240 s with the workaround on")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -288,7 +275,7 @@ def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
 def test_a_non_tensor_argument_gets_kornias_own_error(monkeypatch):
     """The generated wrapper reads .dtype only of a tensor: kornia's own check raises, as unpatched
     (kornia's TestFilter2D::test_exception in float32)."""
-    monkeypatch.setenv(filters_conv_hang.ENV_FP16_CONV_HANG, "on")
+    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
     kernel = torch.ones(1, 3, 3)
     with kornia_halfpatch.unpatched():
         with pytest.raises(Exception) as unpatched_error:

@@ -14,6 +14,7 @@ import torch
 import kornia.geometry.subpix as subpix
 import kornia_halfpatch
 from kornia_halfpatch.fixes import geometry_subpix as fix
+from examples import probe_volume
 from support import UPSTREAM_FIXED, bitwise_equal, inductor_compile
 
 FIX = "geometry_subpix"
@@ -131,7 +132,7 @@ def test_check_reads_behaviour():
 @needs_cramer
 def test_unpatched_float16_gradient_is_not_finite():
     with kornia_halfpatch.unpatched([FIX]):
-        _, _, grad = forward_backward(refinement_paths()["ConvQuadInterp3d"], fix.probe_volume("rand", 0).half())
+        _, _, grad = forward_backward(refinement_paths()["ConvQuadInterp3d"], probe_volume("rand", 0).half())
     assert not torch.isfinite(grad).all()
 
 
@@ -176,7 +177,7 @@ def test_float16_backward_and_forward_finite_on_every_path(kind):
     with kornia_halfpatch.patched(only=[FIX]):
         for name, refine in refinement_paths().items():
             for seed in SEEDS:
-                coords, values, grad = forward_backward(refine, fix.probe_volume(kind, seed).half())
+                coords, values, grad = forward_backward(refine, probe_volume(kind, seed).half())
                 assert torch.isfinite(grad).all(), (name, seed)
                 assert torch.isfinite(coords).all() and torch.isfinite(values).all(), (name, seed)
 
@@ -187,7 +188,7 @@ def test_other_dtypes_bitwise_unchanged_on_every_path(dtype):
     paths = refinement_paths()
     for kind in KINDS:
         for seed in (0, 1):
-            volume = fix.probe_volume(kind, seed).to(dtype)
+            volume = probe_volume(kind, seed).to(dtype)
             for name, refine in paths.items():
                 with kornia_halfpatch.unpatched([FIX]):
                     want = forward_backward(refine, volume)
@@ -211,7 +212,7 @@ def test_float16_forward_changes_only_at_maxima_and_gets_closer_to_float64(kind)
         refine = paths[name]
         error_before = error_after = 0.0
         for seed in SEEDS:
-            volume = fix.probe_volume(kind, seed).half()
+            volume = probe_volume(kind, seed).half()
             maxima = subpix.nms3d(volume.float(), (3, 3, 3), True)
             with kornia_halfpatch.unpatched([FIX]):
                 before = refine(volume)
@@ -237,7 +238,7 @@ def test_scaled_responses_are_refined_like_float64():
     """On [0, 0.01] the float16 solve was far off (coordinates up to 1.99 from float64)."""
     refine = refinement_paths()["ConvQuadInterp3d"]
     for seed in range(5):
-        volume = fix.probe_volume("rand_0.01", seed).half()
+        volume = probe_volume("rand_0.01", seed).half()
         with kornia_halfpatch.unpatched([FIX]):
             reference, _ = refine(volume.double())
             before, _ = refine(volume)
@@ -266,7 +267,7 @@ def test_torchscript_compiles_the_replacement():
 @needs_cramer
 def test_torch_jit_trace_of_the_refinement_keeps_the_fix():
     # kornia 0.8.3's conv_quad_interp3d cannot be scripted (torch.is_tensor), but it traces.
-    volume = fix.probe_volume("rand_0.01", 0).half()
+    volume = probe_volume("rand_0.01", 0).half()
     with kornia_halfpatch.patched(only=[FIX]):
         eager = subpix.conv_quad_interp3d(volume, strict_maxima_bonus=0.0)
         traced = torch.jit.trace(

@@ -1,4 +1,4 @@
-"""kornia_dtypes: float16/bfloat16 accepted, finite and right (issue 10, first part).
+"""kornia_dtypes: float16/bfloat16 accepted, finite and right (all but the augmentations, which are augmentation_pipeline's).
 
 Oracle: the installed release's float32 computation on the same (half-representable) inputs,
 narrowed to kornia 0.9.0's output dtype (measured in the 0.9.0 env: the input's half dtype for
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import kornia_halfpatch
-from kornia_halfpatch import probe_inputs as inputs
 from kornia_halfpatch import testing
 from kornia_halfpatch._kernels import widening_missing_kernels
+import examples as inputs
 from support import FULL_DTYPES, HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import kornia_halfpatch
-from kornia_halfpatch import probe_inputs as inputs
 from kornia_halfpatch import testing
 from kornia_halfpatch.fixes import torch_ops
+import examples as inputs
 from support import HALF_DTYPES, TORCH, UPSTREAM_FIXED, bitwise_equal
 
-import half_call_sites
+import kornia_call_sites
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
 DTYPE_IDS = [str(d).replace("torch.", "") for d in HALF_DTYPES]
@@ -65,14 +65,14 @@ GAPS = {}
 
 @pytest.fixture(scope="module")
 def sites():
-    return half_call_sites.all_sites()
+    return kornia_call_sites.half_kernel_sites()
 
 
 def test_every_call_site_is_promoted_or_exempt_with_a_reason(sites):
     assert sites, "the scan found no site: it is broken"
     unclassified = sorted(
-        {f"{s.where} ({s.op}, line {s.line})" for s in sites}
-        - {f"{s.where} ({s.op}, line {s.line})" for s in sites if s.where in ROW_PATHS | set(COVERED_BY) | set(EXEMPT) | set(GAPS) | set(SCOPED_OP)}
+        {f"{s.where} ({s.callee}, line {s.line})" for s in sites}
+        - {f"{s.where} ({s.callee}, line {s.line})" for s in sites if s.where in ROW_PATHS | set(COVERED_BY) | set(EXEMPT) | set(GAPS) | set(SCOPED_OP)}
     )
     assert unclassified == []
     for caller in COVERED_BY.values():
@@ -88,7 +88,7 @@ def test_every_row_of_a_site_in_this_release_is_installed(sites):
 
 def test_the_scan_sees_a_site_of_each_kind(sites):
     # The scan resolves module aliases and Tensor methods: one known site of each in every release.
-    found = {(s.where, s.op) for s in sites}
+    found = {(s.where, s.callee) for s in sites}
     assert ("kornia.feature.laf:ellipse_to_laf", "Tensor.inverse") in found
     assert ("kornia.geometry.subpix.spatial_soft_argmax:conv_soft_argmax3d", "F.avg_pool3d") in found
     assert ("kornia.filters.guided:_guided_blur_multichannel_guidance", "torch.linalg.solve") in found

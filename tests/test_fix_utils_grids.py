@@ -3,7 +3,7 @@
 import contextlib
 from pathlib import Path
 
-import gen_meshgrid as golden_inputs
+import gen_utils_grids as golden_inputs
 import pytest
 import torch
 
@@ -22,8 +22,8 @@ from support import (
 )
 
 # Recorded once, not computed live: grids are elementwise IEEE arithmetic on exact integer ramps,
-# the same bits on every CPU (gen_meshgrid.py says why), unlike convolution outputs (oracle.py).
-GOLDEN = torch.load(Path(__file__).parent / "golden" / "meshgrid.pt")
+# the same bits on every CPU (gen_utils_grids.py says why), unlike convolution outputs (oracle.py).
+GOLDEN = torch.load(Path(__file__).parent / "golden" / "utils_grids.pt")
 CPU = torch.device("cpu")
 
 

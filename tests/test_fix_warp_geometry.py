@@ -1,4 +1,4 @@
-"""warp_geometry: half warps with float32 geometry (issue 11, plain warps).
+"""warp_geometry: half warps with float32 geometry (plain warps; augmentations are augmentation_pipeline's).
 
 Oracle: the installed release's float32 warp on the same (half-held) values, narrowed once,
 computed in the same run with the fix reverted; the float64 warp for the accuracy ratios.
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import kornia_halfpatch
-from kornia_halfpatch import probe_inputs as inputs
 from kornia_halfpatch import testing
 from kornia_halfpatch.demos.warp_geometry import error_ratio, warp_test_image, warp_calls
 from kornia_halfpatch.fixes.warp_geometry import FIX as WARP_FIX
+import examples as inputs
 from support import HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal, run_python
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
@@ -95,11 +95,11 @@ def test_patched_error_is_the_ideal_and_unpatched_is_worse(name, size, kind, dty
 
 
 def test_every_row_present_in_the_release_is_patched():
-    import warp_call_sites
+    import kornia_call_sites
 
     patched = 0
     for target in WARP_FIX.targets:
-        function = warp_call_sites.resolve(target.candidates[0])
+        function = kornia_call_sites.resolve(target.candidates[0])
         if function is None:
             continue  # absent in this release (optional row)
         assert kornia_halfpatch.is_patched(function), target.label
@@ -304,9 +304,9 @@ EXEMPT = {
 
 @pytest.mark.slow
 def test_every_function_sampling_at_derived_coordinates_is_covered():
-    import warp_call_sites
+    import kornia_call_sites
 
-    callers = warp_call_sites.callers_of_warps()
+    callers = kornia_call_sites.callers_of_warps()
     rows = {t.candidates[0] for t in WARP_FIX.targets}
     uncovered = [
         where for where in callers
@@ -315,7 +315,7 @@ def test_every_function_sampling_at_derived_coordinates_is_covered():
     assert uncovered == []
     # every row that exists in this release is found by the scan (the table holds no stale line),
     # but the grid transforms and matrix builders: they compute coordinates and transforms, and sample nothing
-    present = {t.candidates[0] for t in WARP_FIX.targets if warp_call_sites.resolve(t.candidates[0]) is not None}
+    present = {t.candidates[0] for t in WARP_FIX.targets if kornia_call_sites.resolve(t.candidates[0]) is not None}
     builders = {f"kornia.geometry.transform.imgwarp:{name}" for name in (
         "warp_grid", "warp_grid3d", "get_rotation_matrix2d", "get_affine_matrix2d", "get_affine_matrix3d",
         "get_projective_transform", "invert_affine_transform", "get_perspective_transform",

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, testing
+from kornia_halfpatch import _engine, _model, testing
 from support import needs_old_kornia, run_python
 
 NAME = "warp_sampling"
@@ -37,8 +37,8 @@ def stand_in():
 
         return interpolate
 
-    target = _engine.Target(("torch.nn.functional:interpolate",), build, scope=_engine.SCOPE_KORNIA)
-    fix = _engine.Fix(name=NAME, targets=(target,))
+    target = _model.Target(("torch.nn.functional:interpolate",), build, scope=_model.SCOPE_KORNIA)
+    fix = _model.Fix(name=NAME, targets=(target,))
     with testing.use_fixes([fix]):
         yield calls
 

@@ -1,4 +1,4 @@
-"""Where things live (issue 15): fix modules hold a table, a probe and maths; demonstrations
+"""Where things live: fix modules hold a table, a probe and maths; demonstrations
 and the subprocess crash runners live in kornia_halfpatch/demos and load only when asked."""
 
 import collections

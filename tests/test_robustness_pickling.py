@@ -1,4 +1,4 @@
-"""Issue 14: every replacement pickles as its original does, keeps its identity, survives copies.
+"""Every replacement pickles as its original does, keeps its identity, survives copies.
 
 The replacements are found through the public API only: every value (and every class member) of
 every loaded kornia module, and of the module objects kornia modules hold (``F`` may be a view),

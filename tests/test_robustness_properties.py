@@ -1,4 +1,4 @@
-"""Issue 14: property-based tests of the patched functions (hypothesis).
+"""Property-based tests of the patched functions (hypothesis).
 
 For every patched function (create_meshgrid/create_meshgrid3d, SOSNet/HardNet/SIFTDescriptor,
 extract_patches_simple/extract_patches_from_pyramid, kornia's grid_sample paths warp_affine,

@@ -1,4 +1,4 @@
-"""Issue 14: the shim never breaks the program it runs in, whatever torch state it runs in.
+"""The shim never breaks the program it runs in, whatever torch state it runs in.
 
 Every state of ``robustness_support.STATES`` (global torch settings, autocast, default
 dtype/device, a torch.compile or jit.trace in progress, another thread, warnings as errors, ...)

@@ -1,4 +1,4 @@
-"""Issue 14: patched functions called from 8 threads while another thread applies and reverts.
+"""Patched functions called from 8 threads while another thread applies and reverts.
 
 Every result must be the patched answer or the unpatched answer (both computed first, in this
 process), never an exception, and never a mixture for a call during which no apply()/revert() pass

@@ -10,7 +10,7 @@ project promises (README, "What fixed means"):
 - torch.jit.script holds wherever the original scripts; torch.compile(fullgraph=True) holds
   (three rows only: CI time).
 Hand-written targets are held to the same: every one to revert, pickling and identity, those
-with an ``example`` to the numerical contracts too (output rules in ``HAND_WRITTEN_OUTPUTS``).
+with an example (tests/examples.py, by label) to the numerical contracts too.
 The oracle is the original, called in the same run on the same machine.
 
 Each fix is applied once per module for all its targets (``fix_installed``, module-scoped and
@@ -29,6 +29,7 @@ import kornia_halfpatch
 from kornia_halfpatch import _engine, _model, testing
 from kornia_halfpatch._codegen import FLOAT32, HALF_DTYPE_NAMES
 from kornia_halfpatch.fixes import load_fixes
+from examples import EXAMPLES, EXEMPT
 from support import UPSTREAM_FIXED, bitwise_equal, expected_defaults, inductor_compile, same_signature
 
 # --------------------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ ROWS = all_rows()
 IDS = [f"{fix.name}:{target.label}" for fix, target in ROWS]
 # The numerical contracts need an input: the rows and the hand-written targets with an example.
 # Revert, pickling and identity need none: every target.
-EXAMPLED = ROWS + [(fix, target) for fix, target in hand_written_targets() if target.example is not None]
+EXAMPLED = ROWS + [(fix, target) for fix, target in hand_written_targets() if target.label in EXAMPLES]
 EVERY_TARGET = ROWS + hand_written_targets()
 FIXES = {fix.name: fix for fix, _ in EVERY_TARGET}
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
@@ -107,9 +108,9 @@ HALF_RULE_OF_THEIR_OWN = {
 
 
 def example_factory(target):
-    if target.example is not None:
-        return _model.load(target.example)
-    return KIND_EXAMPLES[target.candidates[0]]
+    if any(target is kind for kind in KINDS_FIX.targets):
+        return KIND_EXAMPLES[target.candidates[0]]
+    return EXAMPLES[target.label]
 
 
 def half_rule(target):
@@ -194,6 +195,17 @@ def same(a, b):
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and bitwise_equal(a, b)
     return a == b
+
+
+def test_every_target_has_an_example_or_is_exempt_with_a_reason():
+    labels = [target.label for fix, target in EVERY_TARGET if fix is not KINDS_FIX]
+    assert len(set(labels)) == len(labels), "a label keys tests/examples.py: it must name one target"
+    missing = [label for label in labels if label not in EXAMPLES and label not in EXEMPT]
+    assert not missing, f"add an example (tests/examples.py EXAMPLES) or an exemption with a reason: {missing}"
+    assert not set(EXAMPLES) & set(EXEMPT)
+    assert all(reason.strip() for reason in EXEMPT.values())
+    unknown = sorted((set(EXAMPLES) | set(EXEMPT)) - set(labels))
+    assert not unknown, f"examples or exemptions for no target: {unknown}"
 
 
 @rows(among=EXAMPLED)

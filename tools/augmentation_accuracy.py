@@ -1,4 +1,4 @@
-"""Issue 11's accuracy table for the augmentations: mean error against float64 over the ideal
+"""The accuracy table of docs/fixes/augmentation_pipeline.md: mean error against float64 over the ideal
 error (the float32 result rounded once to the half dtype; 1.00 is the best possible).
 
     python tools/augmentation_accuracy.py            # with this worktree's shim: unpatched and patched

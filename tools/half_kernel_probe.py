@@ -4,7 +4,7 @@
 
 Every op in ``OPS`` runs once in float32 (it must work there, or the probe input is wrong) and
 once in float16 and bfloat16 on CPU. The result per dtype is ``ok`` or the first line of the
-exception. The list holds the ops named in issue 13 and other ops kornia calls that are known
+exception. The list holds the ops torch_ops promotes and other ops kornia calls that are known
 suspects (special functions, 3-D pooling, sorting/statistics); ``tools/half_call_sites.py``
 scans kornia for the ones that fail here.
 """

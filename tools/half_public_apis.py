@@ -561,8 +561,8 @@ PROPOSALS = {
     "conv_soft_argmax3d": "W `conv_soft_argmax3d` (3 `F.avg_pool3d` calls and a softmax-like normalisation whose "
                           "sum is better in float32); O on `F.avg_pool3d` for kornia's calls would also work",
     "ConvSoftArgmax3d": "covered by W `conv_soft_argmax3d` (forward calls the module global)",
-    "ScaleSpaceDetector": "covered by `conv_soft_argmax3d`; output dtypes (float32 responses, half LAFs in 0.9.0) are issue 10's",
-    "warp_perspective3d": "W (issue 11 promotes every warp wholesale: coordinates in float32); the `linalg.inv` in "
+    "ScaleSpaceDetector": "covered by `conv_soft_argmax3d`; output dtypes (float32 responses, half LAFs in 0.9.0) are kornia_dtypes'",
+    "warp_perspective3d": "W (warp_geometry promotes every warp wholesale: coordinates in float32); the `linalg.inv` in "
                           "`_transform_warp_impl3d` then runs in float32",
     "Homography()": "W the method `Homography.forward_inverse` (inverse of the half parameter in float32, narrowed)",
     "Similarity()": "W the method `Similarity.forward_inverse`",
@@ -585,13 +585,13 @@ PROPOSALS = {
                "bfloat16 dtype exists, 0.9.0 refuses it with a clear TypeError: leave it, say so",
     "Se2.exp": "covered by `So2.inverse` (float16); bfloat16 as So2",
     "matrix_cofactor_tensor": "W (0.7.4+; torch.det and linalg.inv)",
-    "solve_pnp_dlt": "not a kernel failure: a dtype check refuses half in every release and in 0.9.0 (issue 10's "
+    "solve_pnp_dlt": "not a kernel failure: a dtype check refuses half in every release and in 0.9.0 (kornia_dtypes' "
                      "dtype-refused class); W would make it work beyond 0.9.0",
     "RandomMixUpV2": "not a kernel failure (Beta parameters are drawn in float32): float16 'Index put' dtype mismatch, "
-                     "bfloat16 refused: issue 10",
-    "RandomCutMixV2": "not a kernel failure: bfloat16 refused (issue 10)",
-    "RandomMosaic": "not a kernel failure: bfloat16 refused (issue 10)",
-    "RandomPerspective": "not a kernel failure: bfloat16 refused (issue 10)",
+                     "bfloat16 refused: augmentation_pipeline's",
+    "RandomCutMixV2": "not a kernel failure: bfloat16 refused (augmentation_pipeline's)",
+    "RandomMosaic": "not a kernel failure: bfloat16 refused (augmentation_pipeline's)",
+    "RandomPerspective": "not a kernel failure: bfloat16 refused (augmentation_pipeline's)",
     "Z1Projection": "W the method `Z1Projection.project` (0.7.0-0.8.2; diag(z).inverse())",
 }
 

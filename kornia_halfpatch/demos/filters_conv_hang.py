@@ -29,7 +29,7 @@ IMPORTED = "imported"
 
 def _run(patched: bool) -> tuple:
     env = dict(os.environ, KORNIA_HALFPATCH_DISABLE="", OMP_NUM_THREADS="1")
-    env["KORNIA_HALFPATCH_FP16_CONV_HANG"] = os.environ.get("KORNIA_HALFPATCH_FP16_CONV_HANG", "auto")
+    env["KORNIA_HALFPATCH_FILTERS_CONV_HANG"] = os.environ.get("KORNIA_HALFPATCH_FILTERS_CONV_HANG", "auto")
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(os.path.dirname(__file__))), env.get("PYTHONPATH", "")] if p)
     start = time.perf_counter()
     timeout = PATCHED_TIMEOUT_S if patched else TIMEOUT_S

@@ -25,24 +25,10 @@ FIX_NAMES = (
 )
 
 
-# The names fixes had before they were named by kornia area (<area>_<what>). Accepted wherever a
-# fix is named: apply/revert/patched/unpatched, KORNIA_HALFPATCH_FIXES/EXCLUDE, report.fixes[...].
-FORMER_NAMES = {
-    "meshgrid": "utils_grids",
-    "descriptor_norm": "feature_descriptors",
-    "quad_interp_solve": "geometry_subpix",
-    "laf_patches": "feature_patches",
-    "grid_sample_cpu": "warp_sampling",
-    "half_kernels": "torch_ops",
-    "half_dtypes": "kornia_dtypes",
-    "fp16_conv_hang": "filters_conv_hang",
-    "augmentation": "augmentation_pipeline",
-    "cpu_half": "networks_cpu_half",
-}
-
-
 def canonical_name(name: str) -> str:
-    return FORMER_NAMES.get(name, name)
+    """The fix a name given to apply()/revert()/KORNIA_HALFPATCH_FIXES means: itself (every fix
+    has one name). The engine's selection still asks; this goes when it stops asking."""
+    return name
 
 
 def load_fixes() -> List["Fix"]:  # noqa: F821
@@ -53,7 +39,7 @@ def _load(name: str) -> "Fix":  # noqa: F821
     try:
         return importlib.import_module(f"{__name__}.{name}").FIX
     except Exception as exc:  # noqa: BLE001 - one broken fix module must not take the others down
-        from .._engine import Fix
+        from .._model import Fix
 
         error = exc  # Python unbinds `exc` when the except block ends; the closure keeps `error`
 

@@ -1,5 +1,5 @@
 """Augmentations in float16/bfloat16: the float32 augmentation of the widened input, narrowed once
-(issues 10 and 11; docs/fixes/augmentation_pipeline.md).
+(docs/fixes/augmentation_pipeline.md).
 
 Kornia 0.7.0-0.8.3 run an augmentation in the input's half dtype: the random parameters are drawn
 in float32 (the generators' dtype), but the transform matrix, its inverse and the sampling grid

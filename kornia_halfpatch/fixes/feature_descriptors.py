@@ -163,9 +163,9 @@ SIFT_REASON = (
 )
 SIFT_ROWS = (
     Promote("kornia.feature.siftdesc:SIFTDescriptor.forward", SIFT_REASON, half=("float16",),
-            expects_parameters=SELF_INPUT, optional=True, example="kornia_halfpatch.probe_inputs:sift_call"),
+            expects_parameters=SELF_INPUT, optional=True),
     Promote("kornia.feature.siftdesc:DenseSIFTDescriptor.forward", SIFT_REASON, half=("float16",),
-            expects_parameters=SELF_INPUT, optional=True, example="kornia_halfpatch.probe_inputs:dense_sift_call"),
+            expects_parameters=SELF_INPUT, optional=True),
 )
 
 

@@ -23,7 +23,7 @@ more outputs and a side >= 15 runs in float32, narrowed once; every other call i
 
 Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]``, or on a torch without
 it (2.4 and 2.6 hang all the same, measured) the flag in Linux's ``/proc/cpuinfo``.
-``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the choice (default ``auto``), so the
+``KORNIA_HALFPATCH_FILTERS_CONV_HANG=on|off|auto`` forces the choice (default ``auto``), so the
 workaround can be exercised on any CPU; ``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides what
 the CPU reports (for tests).
 """
@@ -39,7 +39,7 @@ from torch._jit_internal import BroadcastingList2
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
 from .._torch_compat import cpu_capabilities
 
-ENV_FP16_CONV_HANG = "KORNIA_HALFPATCH_FP16_CONV_HANG"
+ENV_FILTERS_CONV_HANG = "KORNIA_HALFPATCH_FILTERS_CONV_HANG"
 ENV_AVX512_FP16 = "KORNIA_HALFPATCH_CPU_AVX512_FP16"
 MODES = ("auto", "on", "off")
 # The smallest kernel side measured to hang (1x15); every side from here up takes float32.
@@ -67,7 +67,7 @@ def cpu_has_avx512_fp16() -> bool:
 
 
 def mode() -> str:
-    value = os.environ.get(ENV_FP16_CONV_HANG, "auto").strip().lower() or "auto"
+    value = os.environ.get(ENV_FILTERS_CONV_HANG, "auto").strip().lower() or "auto"
     return value if value in MODES else "auto"
 
 
@@ -80,7 +80,6 @@ FILTER_ROW = Promote(
     guard=f"{__name__}:large_kernel",
     guard_arguments=("kernel",),
     expects_parameters=("input", "kernel"),
-    example="kornia_halfpatch.probe_inputs:large_kernel_filter",
 )
 # 0.8.3's ScalePyramid blurs with its own two depthwise F.conv2d calls (1xk, then kx1) on a
 # precomputed 1-D kernel, not through filter2d.
@@ -94,7 +93,6 @@ PYRAMID_ROW = Promote(
     guard_arguments=("kernel",),
     expects_parameters=("self", "x", "kernel"),
     optional=True,
-    example="kornia_halfpatch.probe_inputs:pyramid_blur_call",
 )
 
 
@@ -156,12 +154,12 @@ CONV2D_TARGET = Target(
 def probe(originals: Sequence[Any]) -> Finding:
     """No convolution is run: a probe that hits the bug never returns."""
     chosen = mode()
-    raw = os.environ.get(ENV_FP16_CONV_HANG)
+    raw = os.environ.get(ENV_FILTERS_CONV_HANG)
     if chosen == "off":
-        return not_needed(f"{ENV_FP16_CONV_HANG}=off")
+        return not_needed(f"{ENV_FILTERS_CONV_HANG}=off")
     if chosen == "on":
-        return bug_present(f"forced by {ENV_FP16_CONV_HANG}=on")
-    note = f" ({ENV_FP16_CONV_HANG}={raw!r} is not one of {', '.join(MODES)}: auto)" if raw and raw.strip().lower() not in MODES else ""
+        return bug_present(f"forced by {ENV_FILTERS_CONV_HANG}=on")
+    note = f" ({ENV_FILTERS_CONV_HANG}={raw!r} is not one of {', '.join(MODES)}: auto)" if raw and raw.strip().lower() not in MODES else ""
     if cpu_has_avx512_fp16():
         return bug_present(f"this CPU reports avx512_fp16: float16 depthwise 1xk convolutions (k >= 15) hang in oneDNN{note}")
     return not_needed(f"this CPU does not report avx512_fp16{note}")

@@ -36,7 +36,6 @@ import torch
 import wrapt
 
 from .._model import Finding, Fix, Promote, Verdict, bug_present, not_needed
-from ..probe_inputs import PROBE_SHAPE, blob_volume, probe_volume  # noqa: F401 (tests use them)
 
 SOLVER_PATH = "kornia.geometry.subpix.spatial_soft_argmax:_solve_cramer_sym3x3"
 # Probed only where the helper is absent, so that the status can say why nothing is patched.
@@ -50,7 +49,6 @@ SOLVE_ROW = Promote(
     half=("float16",),
     expects_parameters=SOLVER_PARAMETERS,
     optional=True,  # absent before 0.8.3: explain_absence() says why that is fine
-    example="kornia_halfpatch.probe_inputs:cramer_system",
 )
 
 

@@ -1,5 +1,5 @@
 """float16/bfloat16 accepted, finite and right in color, filters, enhance, metrics, losses,
-feature and augmentation (issue 10; docs/fixes/kornia_dtypes.md).
+feature and augmentation (docs/fixes/kornia_dtypes.md).
 
 Each row promotes a kornia function whose half computation is wrong in kornia 0.7.0-0.8.3 for a
 numerical reason the row names (an ``eps`` that is 0 in float16, a sum that passes 65504, a
@@ -16,135 +16,122 @@ complex inputs still get kornia's own error.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed
+from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed, table
 from ._common import like
 
-EXAMPLES = "kornia_halfpatch.probe_inputs"
 
 
-def _row(path: str, reason: str, example: str, **options: Any) -> Promote:
-    return Promote(path, reason, optional=True, example=f"{EXAMPLES}:{example}", **options)
+# Every row: optional (a function some releases lack is skipped, not an error).
+_row = table(Promote, optional=True)
 
 
 ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
 
 ROWS = (
     # color
-    _row("kornia.color.hls:rgb_to_hls", ZERO_CHROMA + " (and saturation)", "gray_patch_image"),
-    _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA, "gray_patch_image"),
+    _row("kornia.color.hls:rgb_to_hls", ZERO_CHROMA + " (and saturation)"),
+    _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA),
     _row("kornia.color.hsv:hsv_to_rgb",
          "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
-         "(hue * 3/pi) in float32", "hsv_image"),
+         "(hue * 3/pi) in float32"),
     _row("kornia.color.luv:luv_to_rgb",
-         "the XYZ cube and the sRGB gamma of L up to 100 lose 3 half steps and more: in float32", "luv_image"),
+         "the XYZ cube and the sRGB gamma of L up to 100 lose 3 half steps and more: in float32"),
     _row("kornia.color.luv:rgb_to_luv",
-         "black pixels: eps=1e-12 is 0 in float16, so u, v = 0/0 = NaN (bfloat16: 2.75 off); in float32",
-         "black_rgb_image"),
+         "black pixels: eps=1e-12 is 0 in float16, so u, v = 0/0 = NaN (bfloat16: 2.75 off); in float32"),
     _row("kornia.color.lab:rgb_to_lab",
          "the XYZ cube root and the L*a*b* differences of nearby values cancel in half (0.31 off in float16, "
-         "2.8 in bfloat16): in float32", "rgb_image"),
+         "2.8 in bfloat16): in float32"),
     _row("kornia.color.lab:lab_to_rgb",
          "the inverse cube and the sRGB gamma of L up to 100 lose many half steps (0.027 off in float16, 0.12 "
-         "in bfloat16): in float32", "lab_image"),
+         "in bfloat16): in float32"),
     _row("kornia.color.gray:rgb_to_grayscale",
          "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
-         "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)", "rgb_image"),
+         "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)"),
     _row("kornia.color.colormap:apply_colormap",
          "KORNIA_CHECK refuses bfloat16: the lookup index computed from the widened image; the colours kept in "
-         "the colormap's dtype (float32 by default), as 0.9.0 returns them", "colormap_call", outputs=("float32",)),
+         "the colormap's dtype (float32 by default), as 0.9.0 returns them", outputs=("float32",)),
     # enhance
-    _row("kornia.enhance.adjust:adjust_hue", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
-    _row("kornia.enhance.adjust:adjust_saturation", ZERO_CHROMA + " (through rgb_to_hsv)", "gray_image_and_factor"),
-    _row("kornia.enhance.adjust:adjust_hue_raw", ZERO_CHROMA + " on the hsv round trip", "gray_image_and_factor"),
-    _row("kornia.enhance.adjust:adjust_saturation_raw", ZERO_CHROMA + " on the hsv round trip",
-         "gray_image_and_factor"),
+    _row("kornia.enhance.adjust:adjust_hue", ZERO_CHROMA + " (through rgb_to_hsv)"),
+    _row("kornia.enhance.adjust:adjust_saturation", ZERO_CHROMA + " (through rgb_to_hsv)"),
+    _row("kornia.enhance.adjust:adjust_hue_raw", ZERO_CHROMA + " on the hsv round trip"),
+    _row("kornia.enhance.adjust:adjust_saturation_raw", ZERO_CHROMA + " on the hsv round trip"),
     _row("kornia.enhance.histogram:histogram",
          "values far from every bin: the kernel sum is 0 and epsilon=1e-10 is 0 in float16, 0/0 = NaN; in float32, "
-         "narrowed to the input's dtype as 0.9.0", "histogram_far_call"),
+         "narrowed to the input's dtype as 0.9.0"),
     _row("kornia.enhance.histogram:histogram2d",
-         "as histogram: epsilon=1e-10 is 0 in float16, a joint pdf of 0/0; in float32", "histogram2d_far_call"),
+         "as histogram: epsilon=1e-10 is 0 in float16, a joint pdf of 0/0; in float32"),
     _row("kornia.enhance.adjust:equalize",
          "histogram counts pass float16's range (65504) on 256x256 images and its integer grid (2048) on "
-         "smaller ones: the histogram and CDF in float32", "image_to_equalize"),
+         "smaller ones: the histogram and CDF in float32"),
     # metrics and losses
     _row("kornia.metrics.ssim:ssim",
-         "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32",
-         "image_pair_window"),
-    _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32", "image_pair_window"),
+         "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32"),
+    _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32"),
     _row("kornia.metrics.ssim3d:ssim3d",
          "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
-         "bfloat16): in float32", "volume_pair_window"),
-    _row("kornia.losses.ssim3d:ssim3d_loss", "variance cancellation (see ssim3d): in float32", "volume_pair_window"),
+         "bfloat16): in float32"),
+    _row("kornia.losses.ssim3d:ssim3d_loss", "variance cancellation (see ssim3d): in float32"),
     _row("kornia.losses.charbonnier:charbonnier_loss",
-         "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32", "image_pair"),
+         "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32"),
     # filters and feature
     _row("kornia.filters.canny:canny",
          "float16: 'expected scalar type Float but found Half' (a float32 kernel meets the half image); "
-         "bfloat16 refused by rgb_to_grayscale: edges and magnitudes in float32, narrowed once", "rgb_image"),
+         "bfloat16 refused by rgb_to_grayscale: edges and magnitudes in float32, narrowed once"),
     _row("kornia.filters.otsu_thresholding:otsu_threshold",
          "0.8.x: the class weights and means are cumulative sums of a 256-bin histogram in half; the "
-         "between-class variance picks a threshold 0.5 off: in float32", "ramp_image"),
+         "between-class variance picks a threshold 0.5 off: in float32"),
     _row("kornia.filters.otsu_thresholding:OtsuThreshold.forward",
          "0.8.x: the module's slow_and_differentiable path builds a soft histogram in half, not through "
          "otsu_threshold: in bfloat16 its threshold lands two half steps off (0.5391 for 0.5373 on a 64x64 "
-         "random image) and every pixel between flips; in float32", "otsu_module_call"),
+         "random image) and every pixel between flips; in float32"),
     _row("kornia.filters.gaussian:gaussian_blur2d",
          "the Gaussian kernel rounded to half, and the separable passes each rounded: 1.5x (float16) / 2.3x "
          "(bfloat16) the error of the float32 blur rounded once, separable and full kernels disagree by an ulp "
-         "(0.9.0: 1.00); in float32 (ssim, canny, unsharp_mask and the pyramids call it)", "blur_call"),
+         "(0.9.0: 1.00); in float32 (ssim, canny, unsharp_mask and the pyramids call it)"),
     _row("kornia.enhance.jpeg:jpeg_codec_differentiable",
          "YCbCr conversion, 8x8 DCT and the soft quantisation in half: 32x (float16) / 23x (bfloat16) the "
-         "ideal error, worst pixel 0.12 (0.9.0: 1.00); in float32", "jpeg_call"),
+         "ideal error, worst pixel 0.12 (0.9.0: 1.00); in float32"),
     _row("kornia.feature.responses:gftt_response",
-         "the smallest eigenvalue (a+c)/2 - sqrt(((a-c)/2)^2 + b^2) of the structure tensor cancels in half",
-         "single_channel_image"),
+         "the smallest eigenvalue (a+c)/2 - sqrt(((a-c)/2)^2 + b^2) of the structure tensor cancels in half"),
     _row("kornia.feature.laf:make_upright",
          "the determinant and the rotation of the LAF's linear part round in half (0.002 off in float16, 0.016 in "
-         "bfloat16; eps=1e-9 is 0 in float16): in float32", "laf_call"),
+         "bfloat16; eps=1e-9 is 0 in float16): in float32"),
     _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
-         "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32",
-         "affine_shape_call"),
+         "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32"),
     _row("kornia.feature.orientation:PatchDominantGradientOrientation.forward",
          "on a flat patch the gradient magnitude is sqrt(0 + eps) with eps=1e-10, 0 in half: 0/0 in the "
          "orientation histogram's peak interpolation, NaN angle in float16 (0 instead of the float32 angle in "
          "bfloat16); the release also casts its float32 weighting to the patch's dtype in place, so one half "
-         "call rounded the module's state for every later float32 call: in float32", "dominant_orientation_call"),
+         "call rounded the module's state for every later float32 call: in float32"),
     # geometry
     _row("kornia.geometry.conversions:quaternion_to_rotation_matrix",
          "an unbatched half quaternion comes back float32 (the release's (4,) path meets a float32 tensor; kornia's "
-         "own TestQuaternionToRotationMatrix[half]; 0.9.0: the input's dtype): in float32, narrowed once",
-         "unbatched_quaternion"),
+         "own TestQuaternionToRotationMatrix[half]; 0.9.0: the input's dtype): in float32, narrowed once"),
     _row("kornia.geometry.conversions:rotation_matrix_to_quaternion",
          "an unbatched half matrix comes back float32 (kornia's own TestRotationMatrixToQuaternion[half]; 0.9.0: "
-         "the input's dtype); the trace branches' eps=1e-8 is 0 in float16: in float32, narrowed once",
-         "unbatched_rotation_matrix"),
+         "the input's dtype); the trace branches' eps=1e-8 is 0 in float16: in float32, narrowed once"),
     _row("kornia.geometry.epipolar.essential:essential_from_fundamental",
          "K2^T F K1 in half: products of focal lengths overflow float16 partway (NaN on kornia's own "
          "TestEssentialFromFundamental[float16] and, through it, test_from_to_essential; 0.9.0 finite): in float32, "
-         "narrowed once (fundamental_from_essential is a torch_ops row)", "epipolar_call"),
+         "narrowed once (fundamental_from_essential is a torch_ops row)"),
     _row("kornia.geometry.solvers.polynomial_solver:solve_quartic",
          "0.8.3: the resolvent cubic's discriminant (cubes and squares of the coefficients) overflows and cancels "
-         "in float16: Inf/NaN roots (kornia's own test_solve_quartic[float16]; 0.9.0 finite): in float32",
-         "quartic_coefficients"),
+         "in float16: Inf/NaN roots (kornia's own test_solve_quartic[float16]; 0.9.0 finite): in float32"),
     _row("kornia.geometry.subpix.spatial_soft_argmax:conv_soft_argmax2d",
          "exp(x / 0.05) of the local maxima overflows float16 (e^20 > 65504): NaN coordinates on kornia's own "
-         "TestConvSoftArgmax2d::test_cold_diag[float16] (0.9.0 finite): in float32, narrowed once",
-         "soft_argmax_call"),
+         "TestConvSoftArgmax2d::test_cold_diag[float16] (0.9.0 finite): in float32, narrowed once"),
     _row("kornia.geometry.depth:depth_to_normals",
-         "the cross product of neighbouring point differences cancels in half: in float32", "depth_and_camera"),
+         "the cross product of neighbouring point differences cancels in half: in float32"),
     _row("kornia.geometry.transform.thin_plate_spline:get_tps_transform",
-         "r^2 log r of close points underflows and the kernel system is solved in half: NaN; in float32",
-         "tps_points"),
+         "r^2 log r of close points underflows and the kernel system is solved in half: NaN; in float32"),
     _row("kornia.geometry.transform.thin_plate_spline:warp_image_tps",
-         "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32",
-         "tps_warp_call"),
+         "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32"),
     _row("kornia.geometry.homography:find_homography_dlt_iterated",
-         "0.8.3: the residual reweighting of half points overflows (NaN); the iterations in float32",
-         "weighted_homography_points"),
+         "0.8.3: the residual reweighting of half points overflows (NaN); the iterations in float32"),
 )
 
 # Output dtypes: kornia 0.9.0 keeps histograms in float32 (counts past 2048 lose whole units in
@@ -152,35 +139,34 @@ ROWS = (
 OUTPUT_DTYPES = (
     _row("kornia.enhance.histogram:image_histogram2d",
          "histogram counts and the kernel density sum lose whole units in half: in float32, kept in float32 "
-         "as 0.9.0 returns them", "histogram_call", outputs=("float32", "float32")),
+         "as 0.9.0 returns them", outputs=("float32", "float32")),
     _row("kornia.losses.lovasz_hinge:lovasz_hinge_loss",
          "float32 returned for half input (float32 sorting buffers); the sorted cumulative Jaccard sums in "
-         "float32, narrowed to the input's dtype as 0.9.0", "lovasz_hinge_call"),
+         "float32, narrowed to the input's dtype as 0.9.0"),
     _row("kornia.losses.lovasz_softmax:lovasz_softmax_loss",
          "float32 returned for half input; the cumulative Jaccard sums in float32, narrowed to the input's dtype "
-         "as 0.9.0", "lovasz_softmax_call"),
+         "as 0.9.0"),
     _row("kornia.augmentation._2d.intensity.planckian_jitter:RandomPlanckianJitter.apply_transform",
          "the float32 Planckian coefficients promote a half image to float32: applied in float32, narrowed "
-         "to the input's dtype as 0.9.0", "planckian_call"),
+         "to the input's dtype as 0.9.0"),
     _row("kornia.feature.scale_space_detector:ScaleSpaceDetector.detect",
          "LAF centres of a half image step by whole pixels (bfloat16 above 128 px, float16 above 1024 px after "
          "scaling): detection in float32, LAFs kept in float32 and responses narrowed as 0.9.0 returns them "
-         "(SIFTFeature, SIFTFeatureScaleSpace, GFTTAffNetHardNet, HesAffNetHardNet)",
-         "scale_space_detect_call", outputs=("narrow", "float32")),
+         "(SIFTFeature, SIFTFeatureScaleSpace, GFTTAffNetHardNet, HesAffNetHardNet)", outputs=("narrow", "float32")),
     _row("kornia.geometry.transform.pyramid:ScalePyramid.forward",
          "the octaves after the first return float32 sigmas and pixel distances for a half image (0.9.0: the "
          "image's dtype); the Gaussian blurs of the half pyramid accumulate one rounding per level: in float32, "
-         "every output narrowed once", "scale_pyramid_call"),
+         "every output narrowed once"),
     _row("kornia.feature.mkd:MKDDescriptor.forward",
          "the float32 embeddings (kept outside the module's buffers, so .half() cannot convert them) promote a "
          "half patch to float32: computed in float32, narrowed to the patch's dtype as 0.9.0 returns a "
-         "converted module's descriptors", "mkd_call"),
+         "converted module's descriptors"),
 )
 
 ALLOW_LISTS = (
     WidenDtypes("kornia.augmentation.utils.helpers:_validate_input_dtype",
                 "every augmentation refuses bfloat16 (accepts float16/32/64): half gained where float32 is accepted",
-                optional=True, example=f"{EXAMPLES}:augmentation_dtype_check"),
+                optional=True),
 )
 
 
@@ -221,77 +207,10 @@ def build_normal_transform_pixel(original: Any) -> Any:
             # A side of 1 divides by eps: 2/eps = 2e14 is Inf in float16 (and meaningless in
             # bfloat16). That side has one pixel, coordinate 0, which maps to -1 under any scale,
             # so the scale of 0.9.0 (1) gives the same normalised coordinate and stays finite.
-            return _pixel_to_normalized_float32(height, width, device).to(dtype)
+            return _pixel_to_normalized_float32([height, width], device).to(dtype)
         return original(height, width, eps, device, dtype)
 
     return like(normal_transform_pixel, original)
-
-
-def _pixel_to_normalized_float32(height: int, width: int, device: Optional[torch.device]) -> torch.Tensor:
-    """normal_transform_pixel's float32 arithmetic (the same in 0.7.0-0.8.3: 2.0 / (side - 1)),
-    with the half rule for a side of 1: scale 1. A module-level function of torch alone: scripted
-    callers compile it by name (a closure over the release's function failed to resolve in a
-    TorchScript compile after other scripts in kornia's own geometry tests)."""
-    matrix = torch.tensor([[1.0, 0.0, -1.0], [0.0, 1.0, -1.0], [0.0, 0.0, 1.0]], device=device, dtype=torch.float32)
-    if width != 1:
-        matrix[0, 0] = matrix[0, 0] * 2.0 / (width - 1.0)
-    if height != 1:
-        matrix[1, 1] = matrix[1, 1] * 2.0 / (height - 1.0)
-    return matrix.unsqueeze(0)
-
-
-def _pixel_to_normalized_float32_3d(depth: int, height: int, width: int, device: Optional[torch.device]) -> torch.Tensor:
-    """normal_transform_pixel3d's float32 arithmetic, scale 1 on a side of 1 (as in 2-D)."""
-    matrix = torch.tensor(
-        [[1.0, 0.0, 0.0, -1.0], [0.0, 1.0, 0.0, -1.0], [0.0, 0.0, 1.0, -1.0], [0.0, 0.0, 0.0, 1.0]],
-        device=device, dtype=torch.float32,
-    )
-    if width != 1:
-        matrix[0, 0] = matrix[0, 0] * 2.0 / (width - 1.0)
-    if height != 1:
-        matrix[1, 1] = matrix[1, 1] * 2.0 / (height - 1.0)
-    if depth != 1:
-        matrix[2, 2] = matrix[2, 2] * 2.0 / (depth - 1.0)
-    return matrix.unsqueeze(0)
-
-
-def build_normalize_homography(original: Any) -> Any:
-    def normalize_homography(
-        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
-    ) -> torch.Tensor:
-        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
-            half = dst_pix_trans_src_pix.dtype
-            widened = dst_pix_trans_src_pix.float()
-            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
-                return original(widened, dsize_src, dsize_dst).to(half)
-            # The release builds its normalisation in float32 and casts it to half: a side of 1
-            # divides by eps=1e-14, and the 2e14 entry is Inf in float16 (and swamps every other
-            # term in bfloat16). Scale 1 on that side (normal_transform_pixel's half rule: the one
-            # pixel still maps to -1), the chain in float32, narrowed once.
-            src = _pixel_to_normalized_float32(dsize_src[0], dsize_src[1], widened.device)
-            dst = _pixel_to_normalized_float32(dsize_dst[0], dsize_dst[1], widened.device)
-            return (dst @ (widened @ torch.inverse(src))).to(half)
-        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
-
-    return like(normalize_homography, original)
-
-
-def build_denormalize_homography(original: Any) -> Any:
-    def denormalize_homography(
-        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
-    ) -> torch.Tensor:
-        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
-            half = dst_pix_trans_src_pix.dtype
-            widened = dst_pix_trans_src_pix.float()
-            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
-                return original(widened, dsize_src, dsize_dst).to(half)
-            # As normalize_homography: the 2e14 scale of a side of 1 is Inf in float16.
-            src = _pixel_to_normalized_float32(dsize_src[0], dsize_src[1], widened.device)
-            dst = _pixel_to_normalized_float32(dsize_dst[0], dsize_dst[1], widened.device)
-            return (torch.inverse(dst) @ (widened @ src)).to(half)
-        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
-
-    return like(denormalize_homography, original)
 
 
 def build_normal_transform_pixel3d(original: Any) -> Any:
@@ -307,10 +226,71 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
             # The release builds this one in the half dtype itself: 1 * 2.0 / 1e-14 overflows
             # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 has one pixel, coordinate
             # 0, which maps to -1 under any scale; 0.9.0's scale 1 keeps it finite.
-            return _pixel_to_normalized_float32_3d(depth, height, width, device).to(dtype)
+            return _pixel_to_normalized_float32([depth, height, width], device).to(dtype)
         return original(depth, height, width, eps, device, dtype)
 
     return like(normal_transform_pixel3d, original)
+
+
+def _pixel_to_normalized_float32(size: List[int], device: Optional[torch.device]) -> torch.Tensor:
+    """normal_transform_pixel's (``size`` = [height, width]) or normal_transform_pixel3d's
+    ([depth, height, width]) float32 arithmetic, the same in 0.7.0-0.8.3: 2.0 / (side - 1) on
+    the axis of each side (x is width), with the half rule for a side of 1: scale 1. A
+    module-level function of torch alone: scripted callers compile it by name (a closure over the
+    release's function failed to resolve in a TorchScript compile after other scripts in kornia's
+    own geometry tests)."""
+    axes = len(size)
+    matrix = torch.eye(axes + 1, device=device, dtype=torch.float32)
+    matrix[:axes, axes] = -1.0
+    for axis in range(axes):
+        side = size[axes - 1 - axis]
+        if side != 1:
+            matrix[axis, axis] = matrix[axis, axis] * 2.0 / (side - 1.0)
+    return matrix.unsqueeze(0)
+
+
+def _normalization_chain_float32(
+    widened: torch.Tensor, size_src: List[int], size_dst: List[int], denormalize: bool
+) -> torch.Tensor:
+    """(de)normalize_homography(3d) where a side is 1: the release builds its normalisation in
+    float32 and casts it to half, so that side divides by eps=1e-14 and the 2e14 entry is Inf in
+    float16 (and swamps every other term in bfloat16). Scale 1 on that side (the one pixel still
+    maps to -1), the chain in float32; the caller narrows once."""
+    src = _pixel_to_normalized_float32(size_src, widened.device)
+    dst = _pixel_to_normalized_float32(size_dst, widened.device)
+    if denormalize:
+        return torch.inverse(dst) @ (widened @ src)
+    return dst @ (widened @ torch.inverse(src))
+
+
+def build_normalize_homography(original: Any) -> Any:
+    def normalize_homography(
+        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
+    ) -> torch.Tensor:
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            widened = dst_pix_trans_src_pix.float()
+            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
+                return original(widened, dsize_src, dsize_dst).to(dst_pix_trans_src_pix.dtype)
+            src, dst = [dsize_src[0], dsize_src[1]], [dsize_dst[0], dsize_dst[1]]
+            return _normalization_chain_float32(widened, src, dst, False).to(dst_pix_trans_src_pix.dtype)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(normalize_homography, original)
+
+
+def build_denormalize_homography(original: Any) -> Any:
+    def denormalize_homography(
+        dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
+    ) -> torch.Tensor:
+        if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
+            widened = dst_pix_trans_src_pix.float()
+            if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
+                return original(widened, dsize_src, dsize_dst).to(dst_pix_trans_src_pix.dtype)
+            src, dst = [dsize_src[0], dsize_src[1]], [dsize_dst[0], dsize_dst[1]]
+            return _normalization_chain_float32(widened, src, dst, True).to(dst_pix_trans_src_pix.dtype)
+        return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
+
+    return like(denormalize_homography, original)
 
 
 def build_normalize_homography3d(original: Any) -> Any:
@@ -318,15 +298,12 @@ def build_normalize_homography3d(original: Any) -> Any:
         dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int, int], dsize_dst: Tuple[int, int, int]
     ) -> torch.Tensor:
         if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
-            half = dst_pix_trans_src_pix.dtype
             widened = dst_pix_trans_src_pix.float()
             if min(dsize_src[0], dsize_src[1], dsize_src[2], dsize_dst[0], dsize_dst[1], dsize_dst[2]) != 1:
-                return original(widened, dsize_src, dsize_dst).to(half)
-            # As normalize_homography: the float32 normalisation of a side of 1 (2e14) cast to
-            # half is Inf in float16; scale 1 on that side, the chain in float32, narrowed once.
-            src = _pixel_to_normalized_float32_3d(dsize_src[0], dsize_src[1], dsize_src[2], widened.device)
-            dst = _pixel_to_normalized_float32_3d(dsize_dst[0], dsize_dst[1], dsize_dst[2], widened.device)
-            return (dst @ (widened @ torch.inverse(src))).to(half)
+                return original(widened, dsize_src, dsize_dst).to(dst_pix_trans_src_pix.dtype)
+            src = [dsize_src[0], dsize_src[1], dsize_src[2]]
+            dst = [dsize_dst[0], dsize_dst[1], dsize_dst[2]]
+            return _normalization_chain_float32(widened, src, dst, False).to(dst_pix_trans_src_pix.dtype)
         return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
 
     return like(normalize_homography3d, original)
@@ -369,37 +346,30 @@ FACTORIES = (
     Target(("kornia.filters.kernels:get_gaussian_discrete_kernel1d",), build_discrete_kernel,
            ("kernel_size", "sigma", "force_even"), optional=True,
            reason="the Bessel series overflows float16: all NaN; coefficients in float32, narrowed once "
-                  "(the discrete Gaussian blurs use it)",
-           example=f"{EXAMPLES}:discrete_kernel_call"),
+                  "(the discrete Gaussian blurs use it)"),
     Target(("kornia.geometry.conversions:normal_transform_pixel",), build_normal_transform_pixel,
            ("height", "width", "eps"), optional=True,
-           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; its scale is 1 (0.9.0's) in half",
-           example=f"{EXAMPLES}:normal_transform_call"),
+           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; its scale is 1 (0.9.0's) in half"),
     Target(("kornia.geometry.conversions:normalize_homography",), build_normalize_homography,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
-                  "with scale 1 on that side, narrowed once (warp_perspective, warp_affine call it)",
-           example=f"{EXAMPLES}:normalize_homography_call"),
+                  "with scale 1 on that side, narrowed once (warp_perspective, warp_affine call it)"),
     Target(("kornia.geometry.conversions:denormalize_homography",), build_denormalize_homography,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
-           reason="as normalize_homography: a side of 1 gives Inf in float16; in float32, narrowed once",
-           example=f"{EXAMPLES}:normalize_homography_call"),
+           reason="as normalize_homography: a side of 1 gives Inf in float16; in float32, narrowed once"),
     Target(("kornia.geometry.conversions:normal_transform_pixel3d",), build_normal_transform_pixel3d,
            ("depth", "height", "width", "eps"), optional=True,
            reason="built in the half dtype: 1 * 2.0 / eps overflows float16, Inf for a side of 1 (2e14 in "
-                  "bfloat16); the side's scale is 1 (0.9.0's) in half, the rest the float32 matrix narrowed",
-           example=f"{EXAMPLES}:normal_transform3d_call"),
+                  "bfloat16); the side's scale is 1 (0.9.0's) in half, the rest the float32 matrix narrowed"),
     Target(("kornia.geometry.conversions:normalize_homography3d",), build_normalize_homography3d,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
-                  "with scale 1 on that side, narrowed once",
-           example=f"{EXAMPLES}:normalize_homography3d_call"),
+                  "with scale 1 on that side, narrowed once"),
     Target(("kornia.feature.scale_space_detector:MultiResolutionDetector.detect_features_on_single_level",),
            build_single_level_detection, ("self", "level_img", "num_kp", "factor"), optional=True,
            reason="LAF centres (pixel index x level factor) of a half image round to whole pixels: the response "
                   "model in half as the release, LAFs built in float32 as 0.9.0 returns them (KeyNetDetector, "
-                  "KeyNetHardNet, KeyNetAffNetHardNet)",
-           example=f"{EXAMPLES}:single_level_detection_call"),
+                  "KeyNetHardNet, KeyNetAffNetHardNet)"),
 )
 
 

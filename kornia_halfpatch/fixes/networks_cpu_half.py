@@ -2,7 +2,7 @@
 
 On a CPU without native float16 arithmetic (no ``avx512_fp16``/``amx_fp16`` on x86, no FP16
 arithmetic on aarch64) torch runs float16 convolutions through a slow path: SOSNet and HardNet
-take 26-36x their float32 time (issue 12). Kornia's learned modules inherit it in every release
+take 26-36x their float32 time. Kornia's learned modules inherit it in every release
 and in 0.9.0.
 
 ``apply(cpu_half=...)`` / ``KORNIA_HALFPATCH_CPU_HALF`` choose how they compute float16 on CPU:

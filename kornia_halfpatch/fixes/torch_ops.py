@@ -37,16 +37,15 @@ import torch
 from torch._jit_internal import BroadcastingList2, BroadcastingList3
 
 from .._model import (
-    SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, kernel_gate, not_needed,
+    SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, kernel_gate, not_needed, table,
 )
 from ._common import like
 
 CPU = "cpu"
-EXAMPLES = "kornia_halfpatch.probe_inputs"
 
 
-def _row(path: str, reason: str, example: str, **options: Any) -> Promote:
-    return Promote(path, reason, device=CPU, optional=True, example=f"{EXAMPLES}:{example}", **options)
+# Every row: CPU tensors only (the missing kernels are CPU kernels; CUDA has them), optional.
+_row = table(Promote, device=CPU, optional=True)
 
 
 SOLVE = "linalg.solve has no half CPU kernel (lu_cpu)"
@@ -77,61 +76,53 @@ AFFINE_GRID_ROW = PromoteForKornia(
     guard=f"{__name__}:has_unit_side",
     guard_arguments=("size",),
     expects_parameters=("theta", "size"),
-    example=f"{EXAMPLES}:affine_grid_unit_side",
 )
 
 ROWS = (
     _row("kornia.filters.guided:_guided_blur_multichannel_guidance",
-         f"{SOLVE}; the box-filtered covariances cancel in half: the whole guided filter in float32, narrowed once",
-         "guided_multichannel"),
+         f"{SOLVE}; the box-filtered covariances cancel in half: the whole guided filter in float32, narrowed once"),
     _row("kornia.filters.filter:fft_conv",
-         "torch.fft.rfftn/irfftn have no half CPU kernel (0.8.3): the FFT convolution in float32, narrowed once",
-         "fft_conv_call", kernels=("fft_rfftn",)),
+         "torch.fft.rfftn/irfftn have no half CPU kernel (0.8.3): the FFT convolution in float32, narrowed once", kernels=("fft_rfftn",)),
     _row("kornia.enhance.zca:zca_mean",
-         f"{SVD} (0.7.0-0.8.2): covariance and SVD in float32; T, mean (and T_inv) kept in float32 as 0.9.0 returns them",
-         "zca_input", outputs=("float32", "float32", "float32")),
+         f"{SVD} (0.7.0-0.8.2): covariance and SVD in float32; T, mean (and T_inv) kept in float32 as 0.9.0 returns them", outputs=("float32", "float32", "float32")),
     _row("kornia.enhance.zca:zca_whiten",
-         f"{SVD} (through zca_mean): whitening in float32, narrowed once to the input's dtype (0.9.0's output dtype)",
-         "zca_input"),
+         f"{SVD} (through zca_mean): whitening in float32, narrowed once to the input's dtype (0.9.0's output dtype)"),
     _row("kornia.enhance.zca:ZCAWhitening.inverse_transform",
          "fit() keeps float32 statistics (zca_mean's row, as 0.9.0): the inverse runs in float32 and came back "
-         "float32 for half whitened data; narrowed once to its dtype (0.9.0's output dtype)",
-         "zca_inverse_call"),
+         "float32 for half whitened data; narrowed once to its dtype (0.9.0's output dtype)"),
     _row("kornia.feature.laf:ellipse_to_laf",
-         f"{INVERSE} (Tensor.inverse of the ellipse's 2x2 form): the LAF in float32, narrowed once",
-         "ellipses", kernels=("linalg_inv",)),
+         f"{INVERSE} (Tensor.inverse of the ellipse's 2x2 form): the LAF in float32, narrowed once", kernels=("linalg_inv",)),
     _row("kornia.feature.loftr.utils.geometry:warp_kpts",
-         f"{INVERSE} (K0.inverse()): the keypoint warp in float32, narrowed once", "warp_kpts_call", kernels=("linalg_inv",)),
+         f"{INVERSE} (K0.inverse()): the keypoint warp in float32, narrowed once", kernels=("linalg_inv",)),
     _row("kornia.feature.matching:_cdist",
          "cdist has no half CPU kernel for 25 or fewer points per side: distances in float32, narrowed once "
-         "(every matcher and DescriptorMatcher call it)", "descriptor_pair", kernels=("cdist",)),
+         "(every matcher and DescriptorMatcher call it)", kernels=("cdist",)),
     _row("kornia.geometry.subpix.spatial_soft_argmax:conv_soft_argmax3d",
          "avg_pool3d has no half CPU kernel: the soft-argmax (pooled exponentials, their normaliser) in float32, "
-         "coordinates and values narrowed once", "soft_argmax_volume", kernels=("avg_pool3d",)),
+         "coordinates and values narrowed once", kernels=("avg_pool3d",)),
     _row("kornia.geometry.epipolar.triangulation:_eigh_smallest_vec",
-         f"{EIGH} (0.8.3's triangulation null vector): in float32, narrowed once", "square_matrices", kernels=("linalg_eigh",)),
+         f"{EIGH} (0.8.3's triangulation null vector): in float32, narrowed once", kernels=("linalg_eigh",)),
     _row("kornia.geometry.transform.imgwarp:_transform_warp_impl3d",
-         f"{INVERSE} (0.7.0-0.8.2): the 3-D warp (matrix inverse and sampling grid) in float32, narrowed once",
-         "warp3d_call", kernels=("linalg_inv",)),
+         f"{INVERSE} (0.7.0-0.8.2): the 3-D warp (matrix inverse and sampling grid) in float32, narrowed once", kernels=("linalg_inv",)),
     _row("kornia.geometry.homography:find_homography_dlt",
          f"{INVERSE} (0.7.0's transform2.inverse()): the DLT in float32, narrowed once "
-         "(find_homography_dlt_iterated and RANSAC call it)", "homography_points", kernels=("linalg_inv",)),
+         "(find_homography_dlt_iterated and RANSAC call it)", kernels=("linalg_inv",)),
     _row("kornia.geometry.homography:find_homography_lines_dlt",
-         f"{INVERSE} and torch.svd (0.7.0): the line DLT in float32, narrowed once", "homography_lines", kernels=("linalg_inv", "linalg_svd")),
+         f"{INVERSE} and torch.svd (0.7.0): the line DLT in float32, narrowed once", kernels=("linalg_inv", "linalg_svd")),
     _row("kornia.geometry.epipolar.fundamental:find_fundamental",
          f"{DET} (7-point cubic) and, in 0.8.3, {EIGH} inside a TorchScript-compiled helper no view can reach: "
-         "the estimate in float32, narrowed once", "fundamental_points", kernels=("linalg_det", "linalg_eigh")),
+         "the estimate in float32, narrowed once", kernels=("linalg_det", "linalg_eigh")),
     _row("kornia.geometry.epipolar.fundamental:fundamental_from_essential",
-         f"{INVERSE} (0.7.0's K.inverse()): F in float32, narrowed once", "essential_and_intrinsics", kernels=("linalg_inv",)),
+         f"{INVERSE} (0.7.0's K.inverse()): F in float32, narrowed once", kernels=("linalg_inv",)),
     _row("kornia.geometry.epipolar.essential:find_essential",
          "the 5-point solver needs linalg.solve/qr/eigvals/matrix_rank, none with a half CPU kernel "
-         "(0.8.3: inside TorchScript): the estimate in float32, narrowed once", "essential_points", kernels=("linalg_solve", "linalg_qr", "linalg_eigvals", "linalg_matrix_rank")),
+         "(0.8.3: inside TorchScript): the estimate in float32, narrowed once", kernels=("linalg_solve", "linalg_qr", "linalg_eigvals", "linalg_matrix_rank")),
     _row("kornia.geometry.epipolar.essential:decompose_essential_matrix",
-         f"{DET} and {SVD}: R1, R2, t in float32, narrowed once (0.9.0 fails here too)", "essential_matrix", kernels=("linalg_det", "linalg_svd")),
+         f"{DET} and {SVD}: R1, R2, t in float32, narrowed once (0.9.0 fails here too)", kernels=("linalg_det", "linalg_svd")),
     _row("kornia.geometry.epipolar.numeric:matrix_cofactor_tensor",
-         f"{DET} and {INVERSE} (0.7.4+): the cofactors in float32, narrowed once", "square_matrices", kernels=("linalg_det", "linalg_inv")),
+         f"{DET} and {INVERSE} (0.7.4+): the cofactors in float32, narrowed once", kernels=("linalg_det", "linalg_inv")),
     _row("kornia.geometry.epipolar.projection:KRt_from_projection",
-         f"{QR} and {INVERSE}/{SOLVE}: K, R, t in float32, narrowed once (0.9.0 fails here too)", "projection_matrix", kernels=("linalg_qr", "linalg_inv", "linalg_solve")),
+         f"{QR} and {INVERSE}/{SOLVE}: K, R, t in float32, narrowed once (0.9.0 fails here too)", kernels=("linalg_qr", "linalg_inv", "linalg_solve")),
 )
 
 
@@ -300,25 +291,22 @@ METHOD_TARGETS = (
            ("P1", "P2"), optional=True,
            reason=f"{DET} (0.7.0); 0.7.4-0.8.3's nine 4x4 determinants of products overflow float16: F in float32, "
                   "narrowed once; a float16 F past 65504 (pixel-scale cameras) divided by its largest entry first "
-                  "(defined up to scale; 0.9.0's scale), so it stays finite (every device: the overflow is the dtype's)",
-           example=f"{EXAMPLES}:projection_pair"),
+                  "(defined up to scale; 0.9.0's scale), so it stays finite (every device: the overflow is the dtype's)"),
     Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
            reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
     Target(("kornia.enhance.zca:ZCAWhitening.forward",), build_zca_forward, ("self", "x", "include_fit"),
            optional=True, reason="fit() keeps float32 statistics (zca_mean); a half input's whitening, computed in "
            "float32, narrowed once (0.9.0's dtype)"),
     Target(("kornia.geometry.quaternion:average_quaternions",), build_average_quaternions, ("Q", "w"), optional=True,
-           reason=f"{EIGH} (0.8.2): the eigen-average of the widened quaternions, narrowed once",
-           example=f"{EXAMPLES}:quaternion_batch", gate=kernel_gate(("linalg_eigh",))),
+           reason=f"{EIGH} (0.8.2): the eigen-average of the widened quaternions, narrowed once", gate=kernel_gate(("linalg_eigh",))),
     Target(("kornia.sensors.camera.projection_model:Z1Projection.project",), build_z1_project, ("self", "points"),
-           optional=True, reason=f"{INVERSE} (diag(z).inverse(), 0.7.0-0.8.2): the projection in float32, narrowed once",
-           example=f"{EXAMPLES}:z1_points", gate=kernel_gate(("linalg_inv",))),
+           optional=True, reason=f"{INVERSE} (diag(z).inverse(), 0.7.0-0.8.2): the projection in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
     Target(("kornia.geometry.camera.pinhole:PinholeCamera.intrinsics_inverse",), build_intrinsics_inverse, ("self",),
-           optional=True, example=f"{EXAMPLES}:pinhole_camera", reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)", gate=kernel_gate(("linalg_inv",))),
+           optional=True, reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)", gate=kernel_gate(("linalg_inv",))),
     Target(("kornia.geometry.transform.image_registrator:Homography.forward_inverse",), build_homography_inverse,
-           ("self",), optional=True, example=f"{EXAMPLES}:homography_module", reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
+           ("self",), optional=True, reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
     Target(("kornia.geometry.transform.image_registrator:Similarity.forward_inverse",), build_similarity_inverse,
-           ("self",), optional=True, example=f"{EXAMPLES}:similarity_module", reason=f"{INVERSE}: the similarity inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
+           ("self",), optional=True, reason=f"{INVERSE}: the similarity inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
 )
 
 
@@ -469,28 +457,26 @@ KERNEL_TARGETS = (
 METHOD_KERNEL_ROWS = (
     _row("kornia.enhance.integral:integral_tensor",
          "Tensor.cumsum has no float16 CPU kernel in older torch (cumsum_out_cpu): the running sums in float32, "
-         "narrowed once", "gray_patch_image", kernels=("cumsum",)),
+         "narrowed once", kernels=("cumsum",)),
     _row("kornia.filters.median:median_blur",
          "median has no float16 CPU kernel in older torch (median_out): the median of the widened window (a copy: "
-         "bitwise the half median)", "median_blur_call", kernels=("median",)),
+         "bitwise the half median)", kernels=("median",)),
     _row("kornia.geometry.conversions:euler_from_quaternion",
          "Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu: So3/Se3 to Euler angles): the angles in "
-         "float32, narrowed once", "quaternion_components", kernels=("atan2",)),
+         "float32, narrowed once", kernels=("atan2",)),
     _row("kornia.geometry.epipolar.fundamental:compute_correspond_epilines",
-         "F @ points (bmm) has no float16 CPU kernel in older torch: the epipolar lines in float32, narrowed once",
-         "epiline_call", kernels=("bmm", "mm")),
+         "F @ points (bmm) has no float16 CPU kernel in older torch: the epipolar lines in float32, narrowed once", kernels=("bmm", "mm")),
     _row("kornia.geometry.epipolar.essential:relative_camera_motion",
-         "R2 @ R1^T (bmm) has no float16 CPU kernel in older torch: the relative motion in float32, narrowed once",
-         "two_camera_poses", kernels=("bmm", "mm")),
+         "R2 @ R1^T (bmm) has no float16 CPU kernel in older torch: the relative motion in float32, narrowed once", kernels=("bmm", "mm")),
     _row("kornia.geometry.epipolar.projection:projection_from_KRt",
          "K @ [R|t] (bmm) has no float16 CPU kernel in older torch (motion_from_essential_choose_solution calls it): "
-         "the projection in float32, narrowed once", "camera_krt", kernels=("bmm", "mm")),
+         "the projection in float32, narrowed once", kernels=("bmm", "mm")),
     _row("kornia.filters.blur_pool:_max_blur_pool_by_kernel2d",
          "max_pool2d has no float16 CPU kernel in older torch: max_blur_pool2d's blur and pooling in float32, "
-         "narrowed once", "max_blur_pool_call", kernels=("max_pool2d",)),
+         "narrowed once", kernels=("max_pool2d",)),
     _row("kornia.filters.blur_pool:edge_aware_blur_pool2d",
          "max_pool3d (the edge mask's dilation) has no float16 CPU kernel in older torch: the edge-aware blur in "
-         "float32, narrowed once", "edge_aware_blur_call", kernels=("max_pool3d",)),
+         "float32, narrowed once", kernels=("max_pool3d",)),
 )
 
 

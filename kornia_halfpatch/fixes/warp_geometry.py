@@ -1,4 +1,4 @@
-"""Half-precision warps with float32 geometry (issue 11; docs/fixes/warp_geometry.md).
+"""Half-precision warps with float32 geometry (docs/fixes/warp_geometry.md).
 
 Kornia 0.7.0-0.8.3 compute a warp's geometry in the image's dtype: the inverse of the transform,
 the pixel-to-normalised matrices, the sampling grid and its normalisation. In float16 a pixel
@@ -18,7 +18,7 @@ sampling in float32 costs twice the memory traffic of a half ``grid_sample``, bu
 at a float32 coordinate still rounds the bilinear weights to half (up to 2^-11 relative), and a
 second code path would give CPU and CUDA different results; no GPU here to measure the cost.
 
-The functions were found from the source of each release (tests/warp_call_sites.py, an ``ast``
+The functions were found from the source of each release (tests/kornia_call_sites.py, an ``ast``
 scan of every kornia function calling ``grid_sample``/``map_coordinates`` or, transitively, one
 of these warps; tests/test_fix_warp_geometry.py keeps the table and the scan in step). The
 ``nn.Module`` forms ``Rotate``/``Translate``/``Scale``/``Shear`` call their function through the
@@ -46,14 +46,13 @@ from typing import Any, Sequence, Tuple
 
 import torch
 
-from .._model import Finding, Fix, Promote, Target, bug_present, not_needed
+from .._model import Finding, Fix, Promote, Target, bug_present, not_needed, table
 from ._common import like
 
-EXAMPLES = "kornia_halfpatch.probe_inputs"
 
 
-def _row(path: str, reason: str, example: str, **options: Any) -> Promote:
-    return Promote(path, reason, optional=True, example=f"{EXAMPLES}:{example}", **options)
+# Every row: optional (a warp some releases lack is skipped, not an error), on every device.
+_row = table(Promote, optional=True)
 
 
 GRID = ("the inverse transform, the normalisation matrices and the sampling grid in half: a coordinate "
@@ -67,85 +66,72 @@ CROP3D = "kornia.geometry.transform.crop3d"
 
 ROWS = (
     # the warps proper
-    _row(f"{IMGWARP}:warp_affine", f"{GRID}: 10.8x/32x the ideal error (float16/bfloat16, 256 px)",
-         "warp_affine_call"),
-    _row(f"{IMGWARP}:warp_perspective", f"{GRID}: 15.8x/28.7x the ideal error", "warp_perspective_call"),
+    _row(f"{IMGWARP}:warp_affine", f"{GRID}: 10.8x/32x the ideal error (float16/bfloat16, 256 px)"),
+    _row(f"{IMGWARP}:warp_perspective", f"{GRID}: 15.8x/28.7x the ideal error"),
     _row(f"{IMGWARP}:remap",
          "pixel maps normalised in half (2x/(W-1) - 1): 9.3x/23.5x the ideal error, and 0.001 of the zero "
-         "padding bled into in-range samples (TestRemap::test_shift[float16])", "remap_call"),
-    _row(f"{IMGWARP}:homography_warp", f"{GRID} (homography on a half meshgrid)", "homography_warp_call"),
+         "padding bled into in-range samples (TestRemap::test_shift[float16])"),
+    _row(f"{IMGWARP}:homography_warp", f"{GRID} (homography on a half meshgrid)"),
     _row(f"{IMGWARP}:warp_grid",
          "the grid transformed by a half homography: the projective division in half (relative error 2^-11/2^-8); "
-         "decided by the homography's dtype, grid narrowed to it", "warp_grid_call", trigger="src_homo_dst"),
-    _row(f"{IMGWARP}:warp_affine3d", f"{GRID}, in three dimensions", "warp_affine3d_call"),
+         "decided by the homography's dtype, grid narrowed to it", trigger="src_homo_dst"),
+    _row(f"{IMGWARP}:warp_affine3d", f"{GRID}, in three dimensions"),
     _row(f"{IMGWARP}:warp_perspective3d",
          f"{GRID}, in three dimensions (on CPU the matrix inverse also has no half kernel: torch_ops' "
-         "_transform_warp_impl3d row, reached here in float32)", "warp_perspective3d_call"),
-    _row(f"{IMGWARP}:homography_warp3d", f"{GRID}, in three dimensions", "homography_warp3d_call"),
-    _row(f"{IMGWARP}:warp_grid3d", "the 3-D grid transformed by a half homography: the division in half",
-         "warp_grid3d_call", trigger="src_homo_dst"),
+         "_transform_warp_impl3d row, reached here in float32)"),
+    _row(f"{IMGWARP}:homography_warp3d", f"{GRID}, in three dimensions"),
+    _row(f"{IMGWARP}:warp_grid3d", "the 3-D grid transformed by a half homography: the division in half", trigger="src_homo_dst"),
     # the transforms the warps are given, built from half parameters
     _row(f"{IMGWARP}:get_rotation_matrix2d",
          "deg2rad and cos/sin of a half angle: 90 degrees is 1.5703 rad in bfloat16, cos 4.8e-4 instead of 0 "
-         "(a visible blend of the neighbour in an exact quarter turn); the matrix in float32, narrowed once",
-         "rotation_matrix2d_call"),
+         "(a visible blend of the neighbour in an exact quarter turn); the matrix in float32, narrowed once"),
     _row(f"{IMGWARP}:get_affine_matrix2d", "the rotation, scale, shear and centre offsets composed in half: "
-         "in float32, narrowed once", "affine_matrix2d_call"),
-    _row(f"{IMGWARP}:get_affine_matrix3d", "the 3-D composition in half: in float32, narrowed once",
-         "affine_matrix3d_call"),
+         "in float32, narrowed once"),
+    _row(f"{IMGWARP}:get_affine_matrix3d", "the 3-D composition in half: in float32, narrowed once"),
     _row(f"{IMGWARP}:get_projective_transform",
-         "the 3-D rotation from half angles (cos 90 degrees is 4.8e-4 in bfloat16): in float32, narrowed once",
-         "projective_transform_call"),
+         "the 3-D rotation from half angles (cos 90 degrees is 4.8e-4 in bfloat16): in float32, narrowed once"),
     _row(f"{IMGWARP}:get_perspective_transform",
          "the 8x8 system from half corners: products of pixel coordinates (255 * 255 = 65025) reach float16's "
-         "65504, NaN matrix for a 256 px image in float16; solved in float32, narrowed once (0.9.0: 1.00)",
-         "perspective_transform_call"),
+         "65504, NaN matrix for a 256 px image in float16; solved in float32, narrowed once (0.9.0: 1.00)"),
     _row(f"{IMGWARP}:get_perspective_transform3d",
-         "the 15x15 system from half corners in half: 1.15x the ideal error (0.9.0 the same); in float32",
-         "perspective_transform3d_call"),
+         "the 15x15 system from half corners in half: 1.15x the ideal error (0.9.0 the same); in float32"),
     _row(f"{IMGWARP}:get_shear_matrix2d",
          "tan of half shears composed with the centre offsets in half: 1.6-1.8x the ideal error (0.9.0 the "
-         "same); in float32, narrowed once", "shear_matrix2d_call"),
+         "same); in float32, narrowed once"),
     _row(f"{IMGWARP}:get_shear_matrix3d",
          "six half shears composed with the centre offsets in half: 3.0-3.2x the ideal error (0.9.0 the "
-         "same); in float32, narrowed once", "shear_matrix3d_call"),
-    _row(f"{IMGWARP}:invert_affine_transform", "the 2x2 inverse and -A^-1 t in half: in float32, narrowed once",
-         "affine_inverse_call"),
+         "same); in float32, narrowed once"),
+    _row(f"{IMGWARP}:invert_affine_transform", "the 2x2 inverse and -A^-1 t in half: in float32, narrowed once"),
     # built on warp_affine / warp_affine3d
-    _row(f"{AFFWARP}:affine", f"{GRID} (through warp_affine)", "affine_call"),
-    _row(f"{AFFWARP}:rotate", f"{MATRIX}; {GRID}: 20.8x/21.2x the ideal error", "rotate_call"),
-    _row(f"{AFFWARP}:translate", f"{MATRIX}; {GRID}", "translate_call"),
-    _row(f"{AFFWARP}:scale", f"{MATRIX}; {GRID}", "scale_call"),
-    _row(f"{AFFWARP}:shear", f"{MATRIX}; {GRID}", "shear_call"),
-    _row(f"{AFFWARP}:affine3d", f"{GRID}, in three dimensions (through warp_affine3d)", "affine3d_call"),
-    _row(f"{AFFWARP}:rotate3d", f"{MATRIX} (3-D rotation); {GRID}", "rotate3d_call"),
+    _row(f"{AFFWARP}:affine", f"{GRID} (through warp_affine)"),
+    _row(f"{AFFWARP}:rotate", f"{MATRIX}; {GRID}: 20.8x/21.2x the ideal error"),
+    _row(f"{AFFWARP}:translate", f"{MATRIX}; {GRID}"),
+    _row(f"{AFFWARP}:scale", f"{MATRIX}; {GRID}"),
+    _row(f"{AFFWARP}:shear", f"{MATRIX}; {GRID}"),
+    _row(f"{AFFWARP}:affine3d", f"{GRID}, in three dimensions (through warp_affine3d)"),
+    _row(f"{AFFWARP}:rotate3d", f"{MATRIX} (3-D rotation); {GRID}"),
     # crops by a transform
-    _row(f"{CROP2D}:crop_by_transform_mat", f"{GRID} (through warp_affine)", "crop_by_transform_call"),
+    _row(f"{CROP2D}:crop_by_transform_mat", f"{GRID} (through warp_affine)"),
     _row(f"{CROP2D}:crop_by_boxes",
-         "the box-to-box perspective transform solved from half corners (up to 1 px apart in bfloat16); " + GRID,
-         "crop_by_boxes_call"),
-    _row(f"{CROP2D}:crop_and_resize", "the crop transform from half boxes; " + GRID, "crop_boxes_call"),
-    _row(f"{CROP2D}:center_crop", "the crop transform in the image's dtype; " + GRID, "center_crop_call"),
+         "the box-to-box perspective transform solved from half corners (up to 1 px apart in bfloat16); " + GRID),
+    _row(f"{CROP2D}:crop_and_resize", "the crop transform from half boxes; " + GRID),
+    _row(f"{CROP2D}:center_crop", "the crop transform in the image's dtype; " + GRID),
     _row(f"{CROP2D}:CenterCrop2D.forward",
-         "the corner points cast to the half image's dtype and the perspective transform solved in half; " + GRID,
-         "center_crop_module_call"),
-    _row(f"{CROP3D}:crop_by_transform_mat3d", f"{GRID}, in three dimensions", "crop_by_transform3d_call"),
-    _row(f"{CROP3D}:crop_by_boxes3d", "the box transform from half corners; " + GRID, "crop_by_boxes3d_call"),
-    _row(f"{CROP3D}:crop_and_resize3d", "the box transform from half corners; " + GRID, "crop_boxes3d_call"),
-    _row(f"{CROP3D}:center_crop3d", "the crop transform in the volume's dtype; " + GRID, "center_crop3d_call"),
+         "the corner points cast to the half image's dtype and the perspective transform solved in half; " + GRID),
+    _row(f"{CROP3D}:crop_by_transform_mat3d", f"{GRID}, in three dimensions"),
+    _row(f"{CROP3D}:crop_by_boxes3d", "the box transform from half corners; " + GRID),
+    _row(f"{CROP3D}:crop_and_resize3d", "the box transform from half corners; " + GRID),
+    _row(f"{CROP3D}:center_crop3d", "the crop transform in the volume's dtype; " + GRID),
     # dense displacement and depth
     _row("kornia.geometry.transform.elastic_transform:elastic_transform2d",
-         "the displacement field blurred in half and added to a half meshgrid (0.125/1 px resolution)",
-         "elastic_call"),
+         "the displacement field blurred in half and added to a half meshgrid (0.125/1 px resolution)"),
     _row("kornia.geometry.depth:warp_frame_depth",
          "depth unprojected, transformed and projected in half (a perspective division per pixel), then "
-         "normalised: the sampling coordinates in float32", "warp_frame_depth_call"),
+         "normalised: the sampling coordinates in float32"),
     _row("kornia.geometry.depth:DepthWarper.forward",
-         "the pixel grid, the projection and the normalisation in the depth's half dtype: in float32",
-         "depth_warper_call", trigger="patch_dst"),
+         "the pixel grid, the projection and the normalisation in the depth's half dtype: in float32", trigger="patch_dst"),
     _row("kornia.geometry.calibration.undistort:undistort_image",
-         "the undistortion maps (iterated distortion model on pixel coordinates) in half, then remap: in float32",
-         "undistort_call"),
+         "the undistortion maps (iterated distortion model on pixel coordinates) in half, then remap: in float32"),
 )
 
 
@@ -219,18 +205,15 @@ HAND_WRITTEN = (
     Target(("kornia.geometry.transform.affwarp:Affine.forward",), build_affine_forward, ("self", "input"),
            optional=True,
            reason=f"{MATRIX} (get_affine_matrix2d on the half parameters, centre from the half image); {GRID}: "
-                  "parameters widened on a copy, matrix and warp in float32, narrowed once",
-           example=f"{EXAMPLES}:affine_module_call"),
+                  "parameters widened on a copy, matrix and warp in float32, narrowed once"),
     Target(("kornia.geometry.transform.homography_warper:HomographyWarper.forward",), build_homography_warper_forward,
            ("self", "patch_src", "src_homo_dst"), optional=True,
            reason=f"{GRID} (the direct path through homography_warp); a grid precomputed from a half homography "
-                  "sampled in float32 at its stored coordinates",
-           example=f"{EXAMPLES}:homography_warper_call"),
+                  "sampled in float32 at its stored coordinates"),
     Target(("kornia.geometry.transform.homography_warper:HomographyWarper.precompute_warp_grid",),
            build_precompute_warp_grid, ("self", "src_homo_dst"), optional=True,
            reason="the grid transformed by a half homography and stored in half: the precomputed path sampled "
-                  "0.03 (float16) / 0.24 (bfloat16) away from the direct one; in float32, kept for forward",
-           example=f"{EXAMPLES}:homography_warper_precompute_call"),
+                  "0.03 (float16) / 0.24 (bfloat16) away from the direct one; in float32, kept for forward"),
 )
 
 

@@ -13,7 +13,7 @@ a recorded checksum proves it). Two configurations per network:
   statistics calibrated once, in float64, by a train-mode pass over seeded patches, so activations
   have realistic magnitudes and BatchNorm really subtracts a mean.
 
-:func:`record` (committed as ``descriptor_norm.pt``) holds inputs only: the calibrated statistics
+:func:`record` (committed as ``feature_descriptors.pt``) holds inputs only: the calibrated statistics
 (a few KiB) and the weight checksums. They are recorded because they are shared inputs, not
 compared outputs: whatever machine calibrated them, every environment then loads the same bits.
 

@@ -1,0 +1,72 @@
+"""Counts the docs state about the registry (fixes, rows, targets) are read from the docs and
+compared with the registry, so a changed table fails here instead of leaving a doc behind."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import kornia
+from kornia_halfpatch import _model
+from kornia_halfpatch.fixes import FIX_NAMES, load_fixes
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXES = {fix.name: fix for fix in load_fixes()}
+RELEASE = ".".join(kornia.__version__.split(".")[:3])
+
+
+def stated(path: str, pattern: str):
+    """The one match of ``pattern`` in the doc at ``path`` (its groups)."""
+    found = re.findall(pattern, (ROOT / path).read_text(), re.M)
+    assert len(found) == 1, f"{path}: expected one statement matching {pattern!r}, found {found}"
+    return found[0]
+
+
+def present(target: _model.Target) -> bool:
+    """Whether this release has the target under one of its candidates."""
+    for candidate in target.candidates:
+        try:
+            _model.load(candidate)
+            return True
+        except (ImportError, AttributeError):
+            continue
+    return False
+
+
+@pytest.mark.release_independent
+@pytest.mark.parametrize(("path", "link"), [("README.md", "docs/fixes/"), ("docs/fixes/README.md", "")])
+def test_the_fixes_tables_list_every_fix_once(path, link):
+    listed = re.findall(rf"^\| \[`(\w+)`\]\({re.escape(link)}", (ROOT / path).read_text(), re.M)
+    assert sorted(listed) == sorted(FIX_NAMES)
+
+
+@pytest.mark.release_independent
+def test_stated_table_sizes_are_the_registrys():
+    dtypes = FIXES["kornia_dtypes"]
+    promote_rows = stated("docs/fixes/kornia_dtypes.md", r"\*\*Promote rows\*\* \((\d+)\)")
+    assert int(promote_rows) == sum(type(target.row) is _model.Promote for target in dtypes.targets)
+
+    warps = FIXES["warp_geometry"]
+    total, rows, hand_written = stated("docs/fixes/warp_geometry.md", r"targets \(of (\d+): (\d+) rows, (\d+) hand-written\)")
+    assert (int(total), int(rows), int(hand_written)) == (len(warps.targets), len(warps.rows), len(warps.targets) - len(warps.rows))
+
+    declared = stated("docs/usage.md", r"the fixes declare (\d+) targets in all")
+    assert int(declared) == sum(len(fix.targets) for fix in FIXES.values())
+
+
+def test_stated_per_release_target_counts_hold_on_this_release():
+    # warp_geometry.md: a table with one column per release.
+    releases = stated("docs/fixes/warp_geometry.md", r"^\| \| (\d+\.\d+\.\d+(?: \| \d+\.\d+\.\d+)*) \|$").split(" | ")
+    counts = stated("docs/fixes/warp_geometry.md", r"^\| targets \(of [^)]*\) present \| (\d+(?: \| \d+)*) \|$").split(" | ")
+    checked = 0
+    if RELEASE in releases:
+        assert int(counts[releases.index(RELEASE)]) == sum(map(present, FIXES["warp_geometry"].targets))
+        checked += 1
+    # networks_cpu_half.md: one line per group of releases, the count at its end.
+    for line_releases, count in re.findall(r"^\| ([\d., ]+) \| .*\((\d+)\) \|$", (ROOT / "docs/fixes/networks_cpu_half.md").read_text(), re.M):
+        if RELEASE in [r.strip() for r in line_releases.split(",")]:
+            assert int(count) == sum(map(present, FIXES["networks_cpu_half"].targets))
+            checked += 1
+    if not checked:
+        pytest.skip(f"the docs state no per-release counts for kornia {RELEASE}")
+    assert checked == 2
