@@ -420,15 +420,21 @@ def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str]) -
 _reaching_cache: Dict[int, Tuple[Dict[str, Any], Set[str], FrozenSet[str]]] = {}
 
 
+def _reached(namespace: Dict[str, Any], attributes: Iterable[str]) -> FrozenSet[str]:
+    """Which of ``attributes`` (and of the names read before) the code of a module reaches by
+    some route."""
+    cached = _reaching_cache.get(id(namespace))
+    if cached is None or cached[0] is not namespace or any(attribute not in cached[1] for attribute in attributes):
+        every = _current_pass().scoped_names() | set(attributes)
+        routes = _routes_by_attribute(namespace, every)
+        cached = (namespace, every, frozenset(name for name, found in routes.items() if found))
+        _reaching_cache[id(namespace)] = cached
+    return cached[2]
+
+
 def _reaches_any(namespace: Dict[str, Any], entries: List["_Installed"]) -> bool:
     """Whether the code of a module reaches any of the entries' attributes by some route."""
-    cached = _reaching_cache.get(id(namespace))
-    if cached is None or cached[0] is not namespace or any(entry.attribute not in cached[1] for entry in entries):
-        attributes = _current_pass().scoped_names() | {entry.attribute for entry in entries}
-        routes = _routes_by_attribute(namespace, attributes)
-        cached = (namespace, attributes, frozenset(name for name, found in routes.items() if found))
-        _reaching_cache[id(namespace)] = cached
-    reached = cached[2]
+    reached = _reached(namespace, [entry.attribute for entry in entries])
     return bool(reached) and any(entry.attribute in reached for entry in entries)
 
 
@@ -513,6 +519,29 @@ def _registry_scoped_attribute_names(registry: List[Fix]) -> Set[str]:
     return found
 
 
+# The kornia modules' ``_module_items()`` as of ``sys.modules``' state then (its size, newest
+# entry, and the kornia modules themselves, checked one by one): one list object per state, so
+# that what is computed from it can be kept by identity.
+_kornia_modules_cache: Optional[Tuple[Any, List[Tuple[str, Any, Dict[str, Any]]]]] = None
+# (the _kornia_module_items() list, the scoped names set, id(module) -> scoped names its code reaches)
+_reaching_modules: Optional[Tuple[List[Any], Set[str], Dict[int, FrozenSet[str]]]] = None
+
+
+def _kornia_module_items() -> List[Tuple[str, Any, Dict[str, Any]]]:
+    """``_module_items()`` of the kornia modules, in ``sys.modules`` order; read again when a
+    module was imported, removed or replaced since the last call."""
+    global _kornia_modules_cache
+    now = _BindingIndex._modules_now()
+    cached = _kornia_modules_cache
+    if cached is not None and cached[0] == now:
+        modules = sys.modules
+        if all(modules.get(name) is module for name, module, _ in cached[1]):
+            return cached[1]
+    items = [item for item in _module_items() if _is_kornia_module(item[0])]
+    _kornia_modules_cache = (now, items)
+    return items
+
+
 class _Pass:
     """What one apply() or revert() pass reads for every kornia module and that nothing changes
     while the pass holds the lock: the attribute names of every target of the registry that may
@@ -527,6 +556,41 @@ class _Pass:
         # The installed entries' attribute names -> every attribute name to read: one set object
         # per combination, so the cache above is checked by identity, not by comparing sets.
         self._attributes: Dict[FrozenSet[str], Set[str]] = {}
+        self._kornia_modules: Optional[List[Tuple[str, Any, Dict[str, Any]]]] = None
+        self._variables: Optional[Tuple[Tuple[str, str], ...]] = None
+
+    def settings_variables(self) -> Tuple[Tuple[str, str], ...]:
+        """The shim's environment variables (``KORNIA_HALFPATCH_*``), read once per pass:
+        ``os.environ.items()`` decodes every variable of the process, for every fix."""
+        if self._variables is None:
+            self._variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIX)))
+        return self._variables
+
+    def kornia_modules(self) -> List[Tuple[str, Any, Dict[str, Any]]]:
+        """``_module_items()`` of the kornia modules, in ``sys.modules`` order."""
+        if self._kornia_modules is None:
+            self._kornia_modules = _kornia_module_items()
+        return self._kornia_modules
+
+    def modules_reaching(self, entries: List[_Installed]) -> Set[int]:
+        """The ids of the kornia modules whose code reaches any of the entries' attributes by
+        some route (``_reaches_any``), or of every kornia module if one attribute is not among
+        the registry's scoped names (an entry of a stand-in fix)."""
+        global _reaching_modules
+        attributes = frozenset(entry.attribute for entry in entries)
+        modules = self.kornia_modules()
+        names = self.scoped_names()
+        if not attributes.issubset(names):
+            return {id(module) for _, module, _ in modules}
+        # Kept across passes: a function of the modules' code and the registry's scoped names.
+        if _reaching_modules is None or _reaching_modules[0] is not modules or _reaching_modules[1] is not names:
+            reaching: Dict[int, FrozenSet[str]] = {}
+            for _, module, namespace in modules:
+                reached = _reached(namespace, names)
+                if reached:
+                    reaching[id(module)] = reached
+            _reaching_modules = (modules, names, reaching)
+        return {key for key, reached in _reaching_modules[2].items() if not attributes.isdisjoint(reached)}
 
     def scoped_names(self) -> Set[str]:
         if self._scoped_names is None:
@@ -846,9 +910,30 @@ def _resolve(target: Target) -> Tuple[Optional[Tuple[Any, str, Any, str]], str]:
     return None, "; ".join(errors)
 
 
+# (target, original) -> the answer of _shape_problem: a function of the original's signature,
+# read in every gate (two applies per testing.isolated() block). Both kept alive with it.
+_shape_problems: Dict[Tuple[int, int], Tuple[Target, Any, Any, Optional[str]]] = {}
+
+
 def _shape_problem(target: Target, original: Any) -> Optional[str]:
     if target.expects_parameters is None:
         return None
+    key = (id(target), id(original))
+    known = _shape_problems.get(key)
+    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    # A plain function's parameter names are its code object's: the answer is kept while the
+    # original has the same one (and no __signature__ or __wrapped__ to read them from instead).
+    code = getattr(function, "__code__", None)
+    if code is None or hasattr(function, "__signature__") or hasattr(function, "__wrapped__"):
+        return _read_shape_problem(target, original)
+    if known is not None and known[0] is target and known[1] is original and known[2] is code:
+        return known[3]
+    problem = _read_shape_problem(target, original)
+    _shape_problems[key] = (target, original, code, problem)
+    return problem
+
+
+def _read_shape_problem(target: Target, original: Any) -> Optional[str]:
     function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     try:
         names = tuple(inspect.signature(function).parameters)
@@ -867,6 +952,25 @@ def _forget_torchscript_class(cls: Any) -> None:
     store = getattr(getattr(torch_jit, "concrete_type_store", None), "type_store", None)
     if isinstance(store, dict):  # private API: absent in some torch, nothing cached then
         store.pop(cls, None)
+
+
+# id(function) -> (function, what its signature is read from, the signature): every apply()
+# gives each hand-written replacement its original's signature again (two per isolated() block).
+_signatures: Dict[int, Tuple[Any, Tuple[Any, ...], inspect.Signature]] = {}
+
+
+def _signature(function: Any) -> inspect.Signature:
+    """``inspect.signature(function)``, kept while the plain function's code, defaults and
+    annotations are the same objects (and it has no ``__signature__``/``__wrapped__``)."""
+    if not isinstance(function, types.FunctionType) or "__signature__" in function.__dict__ or "__wrapped__" in function.__dict__:
+        return inspect.signature(function)
+    source = (function.__code__, function.__defaults__, function.__kwdefaults__, function.__annotations__)
+    known = _signatures.get(id(function))
+    if known is not None and known[0] is function and all(a is b for a, b in zip(known[1], source)):
+        return known[2]
+    signature = inspect.signature(function)
+    _signatures[id(function)] = (function, source, signature)
+    return signature
 
 
 def _adopt_identity(replacement: Any, original: Any) -> None:
@@ -889,7 +993,7 @@ def _adopt_identity(replacement: Any, original: Any) -> None:
     # type). Only where the parameters agree, so that nothing binds arguments differently.
     # TorchScript reads the annotations of the replacement's own source, not this.
     try:
-        signature = inspect.signature(function)
+        signature = _signature(function)
         own = inspect.signature(replacement)
     except (TypeError, ValueError):
         return
@@ -962,14 +1066,20 @@ def _install(
                 for _, module, name in index.bindings_of(original):
                     aliases.setdefault(id(module), []).append(name)
                 scoped = _kornia_scoped_entries()  # the same for every module of this loop
-                for module_name, module, namespace in _module_items():
-                    if _is_kornia_module(module_name):
-                        status.rebound.extend(
-                            _rebind_kornia_aliases(entry, module_name, module, namespace, aliases.get(id(module), ()))
-                        )
-                        # One view per module global for every scoped entry installed so far.
-                        done = _refresh_views(module_name, module, namespace, scoped)
-                        status.rebound.extend(_credit(done, installing=fix.name, scoped=scoped))
+                # Only the kornia modules that bind the original, hold a view, or whose code
+                # reaches a scoped attribute can change (a few dozen of 432 in kornia 0.8.2).
+                concerned = _current_pass().modules_reaching([e for _, e in scoped])
+                concerned.update(aliases)
+                concerned.update(_view_bindings)
+                for module_name, module, namespace in _current_pass().kornia_modules():
+                    if id(module) not in concerned:
+                        continue
+                    status.rebound.extend(
+                        _rebind_kornia_aliases(entry, module_name, module, namespace, aliases.get(id(module), ()))
+                    )
+                    # One view per module global for every scoped entry installed so far.
+                    done = _refresh_views(module_name, module, namespace, scoped)
+                    status.rebound.extend(_credit(done, installing=fix.name, scoped=scoped))
                 _watch_kornia_imports()
             else:
                 if inspect.isclass(parent):
@@ -1045,7 +1155,7 @@ _SETTINGS_PREFIX = "KORNIA_HALFPATCH_"  # every environment variable of the shim
 def _settings(given: Optional[Dict[str, Any]]) -> Tuple[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]:
     """What a probe may read besides the originals: the shim's environment variables, and the
     apply() options given to the fix (by value; options are strings and booleans)."""
-    variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIX)))
+    variables = _current_pass().settings_variables()
     options = tuple(sorted((k, repr(v)) for k, v in (given or {}).items()))
     return variables, options
 
@@ -1254,18 +1364,6 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
     notes: List[str] = []
     registry = _registry()
     index = _shared_index if _shared_index is not None else _BindingIndex()
-    from ._isolation import probe_state
-
-    with probe_state():  # resolving may import kornia modules: their code runs in a clean state
-        for fix in registry:  # every original this apply() may rebind, for one scan
-            if fix.name in selection and fix.name not in _installed:
-                for target in fix.targets:
-                    try:
-                        found, _ = _resolve(target)
-                    except Exception:  # noqa: BLE001 - the gate reports it, per fix
-                        continue
-                    if found is not None:
-                        index.want(found[2])
     # First every selected fix is gated, probed and built, patching nothing...
     evaluated: List[_Evaluated] = []
     for fix in registry:
@@ -1274,14 +1372,16 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
             if not given or fix.name not in selection or given == _installed_options.get(fix.name):
                 continue
             _uninstall(fix.name)  # asked for with other options: reinstall with those
-            for target in fix.targets:
-                found, _ = _resolve(target)
-                if found is not None:
-                    index.want(found[2])
         if fix.name not in selection:
             _statuses.setdefault(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
             continue
         evaluated.append(_evaluate(fix, given, kornia_version, notes))
+    # Every original this apply() rebinds, known before the index's one scan (the first lookup,
+    # in the first install): only the targets that go in, not those their gates left out.
+    for item in evaluated:
+        for found in item.resolved or ():
+            if found is not None:
+                index.want(found[2])
     # ... then all of them go in, in one tight pass.
     with _one_pass():
         for item in evaluated:
