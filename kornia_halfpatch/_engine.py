@@ -954,23 +954,12 @@ def _forget_torchscript_class(cls: Any) -> None:
         store.pop(cls, None)
 
 
-# id(function) -> (function, what its signature is read from, the signature): every apply()
-# gives each hand-written replacement its original's signature again (two per isolated() block).
-_signatures: Dict[int, Tuple[Any, Tuple[Any, ...], inspect.Signature]] = {}
-
-
 def _signature(function: Any) -> inspect.Signature:
-    """``inspect.signature(function)``, kept while the plain function's code, defaults and
-    annotations are the same objects (and it has no ``__signature__``/``__wrapped__``)."""
-    if not isinstance(function, types.FunctionType) or "__signature__" in function.__dict__ or "__wrapped__" in function.__dict__:
-        return inspect.signature(function)
-    source = (function.__code__, function.__defaults__, function.__kwdefaults__, function.__annotations__)
-    known = _signatures.get(id(function))
-    if known is not None and known[0] is function and all(a is b for a, b in zip(known[1], source)):
-        return known[2]
-    signature = inspect.signature(function)
-    _signatures[id(function)] = (function, source, signature)
-    return signature
+    """The original's signature, read once while it stays the same (every apply() gives each
+    hand-written replacement its original's signature again: two per isolated() block)."""
+    from ._codegen import signature_of
+
+    return signature_of(function)
 
 
 def _adopt_identity(replacement: Any, original: Any) -> None:
