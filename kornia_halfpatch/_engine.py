@@ -538,6 +538,8 @@ def _kornia_module_items() -> List[Tuple[str, Any, Dict[str, Any]]]:
         if all(modules.get(name) is module for name, module, _ in cached[1]):
             return cached[1]
     items = [item for item in _module_items() if _is_kornia_module(item[0])]
+    if cached is not None and len(items) == len(cached[1]) and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(items, cached[1])):
+        items = cached[1]  # another module was imported: the same kornia modules, the same list
     _kornia_modules_cache = (now, items)
     return items
 
@@ -556,7 +558,6 @@ class _Pass:
         # The installed entries' attribute names -> every attribute name to read: one set object
         # per combination, so the cache above is checked by identity, not by comparing sets.
         self._attributes: Dict[FrozenSet[str], Set[str]] = {}
-        self._kornia_modules: Optional[List[Tuple[str, Any, Dict[str, Any]]]] = None
         self._variables: Optional[Tuple[Tuple[str, str], ...]] = None
 
     def settings_variables(self) -> Tuple[Tuple[str, str], ...]:
@@ -567,10 +568,9 @@ class _Pass:
         return self._variables
 
     def kornia_modules(self) -> List[Tuple[str, Any, Dict[str, Any]]]:
-        """``_module_items()`` of the kornia modules, in ``sys.modules`` order."""
-        if self._kornia_modules is None:
-            self._kornia_modules = _kornia_module_items()
-        return self._kornia_modules
+        """``_module_items()`` of the kornia modules, in ``sys.modules`` order (checked against
+        ``sys.modules`` at every call: an install may import one)."""
+        return _kornia_module_items()
 
     def modules_reaching(self, entries: List[_Installed]) -> Set[int]:
         """The ids of the kornia modules whose code reaches any of the entries' attributes by
