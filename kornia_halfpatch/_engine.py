@@ -983,13 +983,35 @@ def _adopt_identity(replacement: Any, original: Any) -> None:
     # TorchScript reads the annotations of the replacement's own source, not this.
     try:
         signature = _signature(function)
-        own = inspect.signature(replacement)
+        own = _parameters_shape(replacement)
     except (TypeError, ValueError):
         return
-    if [(p.name, p.kind, p.default) for p in own.parameters.values()] == [
-        (p.name, p.kind, p.default) for p in signature.parameters.values()
-    ]:
+    if own == [(p.name, p.kind, p.default) for p in signature.parameters.values()]:
         replacement.__signature__ = signature
+
+
+# A replacement's code object -> (its defaults, its keyword defaults, (name, kind, default) of its
+# parameters): hand-written builders make a new function per apply() from the same code.
+_shapes: Dict[types.CodeType, Tuple[Any, Any, List[Tuple[str, Any, Any]]]] = {}
+
+
+def _parameters_shape(function: Any) -> List[Tuple[str, Any, Any]]:
+    """``(name, kind, default)`` of each parameter of ``inspect.signature(function)``."""
+    if "__signature__" in function.__dict__ or "__wrapped__" in function.__dict__:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+    code, defaults, keyword_defaults = function.__code__, function.__defaults__ or (), function.__kwdefaults__ or {}
+    known = _shapes.get(code)
+    if (
+        known is not None
+        and len(known[0]) == len(defaults)
+        and all(a is b for a, b in zip(known[0], defaults))
+        and known[1].keys() == keyword_defaults.keys()
+        and all(known[1][key] is value for key, value in keyword_defaults.items())
+    ):
+        return known[2]
+    shape = [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+    _shapes[code] = (tuple(defaults), dict(keyword_defaults), shape)
+    return shape
 
 
 # Generated replacements of table rows, by (row target, original): a row's wrapper depends on
@@ -1548,7 +1570,7 @@ def patched(
             revert(added)
             for name in changed:
                 revert([name])
-                apply(only=[name], **previous[name])
+                _apply_without_report([name], None, previous[name])
 
 
 @contextlib.contextmanager
@@ -1565,7 +1587,7 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
         yield
     finally:
         if removed:
-            apply(only=removed, **options)
+            _apply_without_report(removed, None, options)  # nobody reads this report
 
 
 def get_original(obj: Any) -> Any:
