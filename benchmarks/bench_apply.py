@@ -11,7 +11,7 @@ figures are medians over the processes (import and apply) and over every cycle o
 The process's CPU time is printed beside the wall time, and the apply ratio is given both ways.
 Neither is steady on a loaded machine: the probes run small torch computations on torch's intra-op
 threads, whose OpenMP workers spin while they wait for a core, so under load the first apply()'s
-CPU time grows with the load too (measured: 1.0 s CPU at load 12 on 2 cores, 0.2-0.3 s with one
+CPU time grows with the load too (measured: 1.0 s CPU at load 12 on 2 cores, 0.2-0.35 s with one
 thread or ``OMP_WAIT_POLICY=passive``). The load average is printed before and after the run.
 """
 
