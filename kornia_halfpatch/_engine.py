@@ -559,6 +559,8 @@ class _Pass:
         # per combination, so the cache above is checked by identity, not by comparing sets.
         self._attributes: Dict[FrozenSet[str], Set[str]] = {}
         self._variables: Optional[Tuple[Tuple[str, str], ...]] = None
+        self._kornia_modules: Optional[Tuple[Any, List[Tuple[str, Any, Dict[str, Any]]]]] = None
+        self._positions: Optional[Tuple[List[Any], Dict[int, int]]] = None
 
     def settings_variables(self) -> Tuple[Tuple[str, str], ...]:
         """The shim's environment variables (``KORNIA_HALFPATCH_*``), read once per pass:
@@ -568,9 +570,20 @@ class _Pass:
         return self._variables
 
     def kornia_modules(self) -> List[Tuple[str, Any, Dict[str, Any]]]:
-        """``_module_items()`` of the kornia modules, in ``sys.modules`` order (checked against
-        ``sys.modules`` at every call: an install may import one)."""
-        return _kornia_module_items()
+        """``_module_items()`` of the kornia modules, in ``sys.modules`` order (read again in
+        the pass when a module was imported since: an install may import one)."""
+        now = _BindingIndex._modules_now()
+        if self._kornia_modules is None or self._kornia_modules[0] != now:
+            self._kornia_modules = (now, _kornia_module_items())
+        return self._kornia_modules[1]
+
+    def kornia_modules_among(self, ids: Iterable[int]) -> List[Tuple[str, Any, Dict[str, Any]]]:
+        """The kornia modules whose id is in ``ids``, in ``sys.modules`` order."""
+        modules = self.kornia_modules()
+        if self._positions is None or self._positions[0] is not modules:
+            self._positions = (modules, {id(module): index for index, (_, module, _) in enumerate(modules)})
+        positions = self._positions[1]
+        return [modules[index] for index in sorted({positions[key] for key in ids if key in positions})]
 
     def modules_reaching(self, entries: List[_Installed]) -> Set[int]:
         """The ids of the kornia modules whose code reaches any of the entries' attributes by
@@ -1082,9 +1095,7 @@ def _install(
                 concerned = _current_pass().modules_reaching([e for _, e in scoped])
                 concerned.update(aliases)
                 concerned.update(_view_bindings)
-                for module_name, module, namespace in _current_pass().kornia_modules():
-                    if id(module) not in concerned:
-                        continue
+                for module_name, module, namespace in _current_pass().kornia_modules_among(concerned):
                     status.rebound.extend(
                         _rebind_kornia_aliases(entry, module_name, module, namespace, aliases.get(id(module), ()))
                     )
