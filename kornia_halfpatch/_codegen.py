@@ -266,8 +266,31 @@ def define(source: str, name: str, namespace: Dict[str, Any], label: str) -> Cal
     return namespace[name]
 
 
+# id(function) -> (function, what its signature is read from, the signature): a wrapper's
+# generation reads the original's signature five times, and apply() adopts it once more.
+_signatures: Dict[int, Tuple[Any, Tuple[Any, ...], inspect.Signature]] = {}
+
+
+def signature_of(function: Any) -> inspect.Signature:
+    """``inspect.signature(function)``, kept while a plain function's code, defaults and
+    annotations are the same objects (and it has no ``__signature__``/``__wrapped__``)."""
+    if (
+        not isinstance(function, types.FunctionType)
+        or "__signature__" in function.__dict__
+        or "__wrapped__" in function.__dict__
+    ):
+        return inspect.signature(function)
+    source = (function.__code__, function.__defaults__, function.__kwdefaults__, function.__annotations__)
+    known = _signatures.get(id(function))
+    if known is not None and known[0] is function and all(a is b for a, b in zip(known[1], source)):
+        return known[2]
+    signature = inspect.signature(function)
+    _signatures[id(function)] = (function, source, signature)
+    return signature
+
+
 def parameters_of(function: Callable[..., Any]) -> List[inspect.Parameter]:
-    parameters = list(inspect.signature(function).parameters.values())
+    parameters = list(signature_of(function).parameters.values())
     for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise UnsupportedSignature(f"{function.__qualname__} takes *{parameter.name}")
@@ -293,7 +316,7 @@ def signature_source(function: Callable[..., Any], names: _Names) -> Tuple[str, 
         if parameter.kind == parameter.POSITIONAL_ONLY:
             raise UnsupportedSignature(f"{function.__qualname__}: positional-only parameter {parameter.name}")
         pieces.append(text)
-    signature = inspect.signature(function)
+    signature = signature_of(function)
     returns = annotation_source(signature.return_annotation, names)
     return ", ".join(pieces), (f" -> {returns}" if returns else "")
 
@@ -375,7 +398,7 @@ def promote_wrapper(
     plain_call = call_source(function, lambda p: p.name)
     widened_call = call_source(function, lambda p: widen[kinds[p.name]].format(p.name) if kinds[p.name] in widen else p.name)
 
-    result = hints.get("return", inspect.signature(function).return_annotation)
+    result = hints.get("return", signature_of(function).return_annotation)
     items = tuple_items(result)
     rules = list(outputs) if outputs is not None else None
 

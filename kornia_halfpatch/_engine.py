@@ -420,15 +420,21 @@ def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str]) -
 _reaching_cache: Dict[int, Tuple[Dict[str, Any], Set[str], FrozenSet[str]]] = {}
 
 
+def _reached(namespace: Dict[str, Any], attributes: Iterable[str]) -> FrozenSet[str]:
+    """Which of ``attributes`` (and of the names read before) the code of a module reaches by
+    some route."""
+    cached = _reaching_cache.get(id(namespace))
+    if cached is None or cached[0] is not namespace or any(attribute not in cached[1] for attribute in attributes):
+        every = _current_pass().scoped_names() | set(attributes)
+        routes = _routes_by_attribute(namespace, every)
+        cached = (namespace, every, frozenset(name for name, found in routes.items() if found))
+        _reaching_cache[id(namespace)] = cached
+    return cached[2]
+
+
 def _reaches_any(namespace: Dict[str, Any], entries: List["_Installed"]) -> bool:
     """Whether the code of a module reaches any of the entries' attributes by some route."""
-    cached = _reaching_cache.get(id(namespace))
-    if cached is None or cached[0] is not namespace or any(entry.attribute not in cached[1] for entry in entries):
-        attributes = _current_pass().scoped_names() | {entry.attribute for entry in entries}
-        routes = _routes_by_attribute(namespace, attributes)
-        cached = (namespace, attributes, frozenset(name for name, found in routes.items() if found))
-        _reaching_cache[id(namespace)] = cached
-    reached = cached[2]
+    reached = _reached(namespace, [entry.attribute for entry in entries])
     return bool(reached) and any(entry.attribute in reached for entry in entries)
 
 
@@ -513,6 +519,31 @@ def _registry_scoped_attribute_names(registry: List[Fix]) -> Set[str]:
     return found
 
 
+# The kornia modules' ``_module_items()`` as of ``sys.modules``' state then (its size, newest
+# entry, and the kornia modules themselves, checked one by one): one list object per state, so
+# that what is computed from it can be kept by identity.
+_kornia_modules_cache: Optional[Tuple[Any, List[Tuple[str, Any, Dict[str, Any]]]]] = None
+# (the _kornia_module_items() list, the scoped names set, id(module) -> scoped names its code reaches)
+_reaching_modules: Optional[Tuple[List[Any], Set[str], Dict[int, FrozenSet[str]]]] = None
+
+
+def _kornia_module_items() -> List[Tuple[str, Any, Dict[str, Any]]]:
+    """``_module_items()`` of the kornia modules, in ``sys.modules`` order; read again when a
+    module was imported, removed or replaced since the last call."""
+    global _kornia_modules_cache
+    now = _BindingIndex._modules_now()
+    cached = _kornia_modules_cache
+    if cached is not None and cached[0] == now:
+        modules = sys.modules
+        if all(modules.get(name) is module for name, module, _ in cached[1]):
+            return cached[1]
+    items = [item for item in _module_items() if _is_kornia_module(item[0])]
+    if cached is not None and len(items) == len(cached[1]) and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(items, cached[1])):
+        items = cached[1]  # another module was imported: the same kornia modules, the same list
+    _kornia_modules_cache = (now, items)
+    return items
+
+
 class _Pass:
     """What one apply() or revert() pass reads for every kornia module and that nothing changes
     while the pass holds the lock: the attribute names of every target of the registry that may
@@ -527,6 +558,52 @@ class _Pass:
         # The installed entries' attribute names -> every attribute name to read: one set object
         # per combination, so the cache above is checked by identity, not by comparing sets.
         self._attributes: Dict[FrozenSet[str], Set[str]] = {}
+        self._variables: Optional[Tuple[Tuple[str, str], ...]] = None
+        self._kornia_modules: Optional[Tuple[Any, List[Tuple[str, Any, Dict[str, Any]]]]] = None
+        self._positions: Optional[Tuple[List[Any], Dict[int, int]]] = None
+
+    def settings_variables(self) -> Tuple[Tuple[str, str], ...]:
+        """The shim's environment variables (``KORNIA_HALFPATCH_*``), read once per pass:
+        ``os.environ.items()`` decodes every variable of the process, for every fix."""
+        if self._variables is None:
+            self._variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIX)))
+        return self._variables
+
+    def kornia_modules(self) -> List[Tuple[str, Any, Dict[str, Any]]]:
+        """``_module_items()`` of the kornia modules, in ``sys.modules`` order (read again in
+        the pass when a module was imported since: an install may import one)."""
+        now = _BindingIndex._modules_now()
+        if self._kornia_modules is None or self._kornia_modules[0] != now:
+            self._kornia_modules = (now, _kornia_module_items())
+        return self._kornia_modules[1]
+
+    def kornia_modules_among(self, ids: Iterable[int]) -> List[Tuple[str, Any, Dict[str, Any]]]:
+        """The kornia modules whose id is in ``ids``, in ``sys.modules`` order."""
+        modules = self.kornia_modules()
+        if self._positions is None or self._positions[0] is not modules:
+            self._positions = (modules, {id(module): index for index, (_, module, _) in enumerate(modules)})
+        positions = self._positions[1]
+        return [modules[index] for index in sorted({positions[key] for key in ids if key in positions})]
+
+    def modules_reaching(self, entries: List[_Installed]) -> Set[int]:
+        """The ids of the kornia modules whose code reaches any of the entries' attributes by
+        some route (``_reaches_any``), or of every kornia module if one attribute is not among
+        the registry's scoped names (an entry of a stand-in fix)."""
+        global _reaching_modules
+        attributes = frozenset(entry.attribute for entry in entries)
+        modules = self.kornia_modules()
+        names = self.scoped_names()
+        if not attributes.issubset(names):
+            return {id(module) for _, module, _ in modules}
+        # Kept across passes: a function of the modules' code and the registry's scoped names.
+        if _reaching_modules is None or _reaching_modules[0] is not modules or _reaching_modules[1] is not names:
+            reaching: Dict[int, FrozenSet[str]] = {}
+            for _, module, namespace in modules:
+                reached = _reached(namespace, names)
+                if reached:
+                    reaching[id(module)] = reached
+            _reaching_modules = (modules, names, reaching)
+        return {key for key, reached in _reaching_modules[2].items() if not attributes.isdisjoint(reached)}
 
     def scoped_names(self) -> Set[str]:
         if self._scoped_names is None:
@@ -846,9 +923,30 @@ def _resolve(target: Target) -> Tuple[Optional[Tuple[Any, str, Any, str]], str]:
     return None, "; ".join(errors)
 
 
+# (target, original) -> the answer of _shape_problem: a function of the original's signature,
+# read in every gate (two applies per testing.isolated() block). Both kept alive with it.
+_shape_problems: Dict[Tuple[int, int], Tuple[Target, Any, Any, Optional[str]]] = {}
+
+
 def _shape_problem(target: Target, original: Any) -> Optional[str]:
     if target.expects_parameters is None:
         return None
+    key = (id(target), id(original))
+    known = _shape_problems.get(key)
+    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    # A plain function's parameter names are its code object's: the answer is kept while the
+    # original has the same one (and no __signature__ or __wrapped__ to read them from instead).
+    code = getattr(function, "__code__", None)
+    if code is None or hasattr(function, "__signature__") or hasattr(function, "__wrapped__"):
+        return _read_shape_problem(target, original)
+    if known is not None and known[0] is target and known[1] is original and known[2] is code:
+        return known[3]
+    problem = _read_shape_problem(target, original)
+    _shape_problems[key] = (target, original, code, problem)
+    return problem
+
+
+def _read_shape_problem(target: Target, original: Any) -> Optional[str]:
     function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
     try:
         names = tuple(inspect.signature(function).parameters)
@@ -867,6 +965,14 @@ def _forget_torchscript_class(cls: Any) -> None:
     store = getattr(getattr(torch_jit, "concrete_type_store", None), "type_store", None)
     if isinstance(store, dict):  # private API: absent in some torch, nothing cached then
         store.pop(cls, None)
+
+
+def _signature(function: Any) -> inspect.Signature:
+    """The original's signature, read once while it stays the same (every apply() gives each
+    hand-written replacement its original's signature again: two per isolated() block)."""
+    from ._codegen import signature_of
+
+    return signature_of(function)
 
 
 def _adopt_identity(replacement: Any, original: Any) -> None:
@@ -889,14 +995,36 @@ def _adopt_identity(replacement: Any, original: Any) -> None:
     # type). Only where the parameters agree, so that nothing binds arguments differently.
     # TorchScript reads the annotations of the replacement's own source, not this.
     try:
-        signature = inspect.signature(function)
-        own = inspect.signature(replacement)
+        signature = _signature(function)
+        own = _parameters_shape(replacement)
     except (TypeError, ValueError):
         return
-    if [(p.name, p.kind, p.default) for p in own.parameters.values()] == [
-        (p.name, p.kind, p.default) for p in signature.parameters.values()
-    ]:
+    if own == [(p.name, p.kind, p.default) for p in signature.parameters.values()]:
         replacement.__signature__ = signature
+
+
+# A replacement's code object -> (its defaults, its keyword defaults, (name, kind, default) of its
+# parameters): hand-written builders make a new function per apply() from the same code.
+_shapes: Dict[types.CodeType, Tuple[Any, Any, List[Tuple[str, Any, Any]]]] = {}
+
+
+def _parameters_shape(function: Any) -> List[Tuple[str, Any, Any]]:
+    """``(name, kind, default)`` of each parameter of ``inspect.signature(function)``."""
+    if "__signature__" in function.__dict__ or "__wrapped__" in function.__dict__:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+    code, defaults, keyword_defaults = function.__code__, function.__defaults__ or (), function.__kwdefaults__ or {}
+    known = _shapes.get(code)
+    if (
+        known is not None
+        and len(known[0]) == len(defaults)
+        and all(a is b for a, b in zip(known[0], defaults))
+        and known[1].keys() == keyword_defaults.keys()
+        and all(known[1][key] is value for key, value in keyword_defaults.items())
+    ):
+        return known[2]
+    shape = [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+    _shapes[code] = (tuple(defaults), dict(keyword_defaults), shape)
+    return shape
 
 
 # Generated replacements of table rows, by (row target, original): a row's wrapper depends on
@@ -962,14 +1090,18 @@ def _install(
                 for _, module, name in index.bindings_of(original):
                     aliases.setdefault(id(module), []).append(name)
                 scoped = _kornia_scoped_entries()  # the same for every module of this loop
-                for module_name, module, namespace in _module_items():
-                    if _is_kornia_module(module_name):
-                        status.rebound.extend(
-                            _rebind_kornia_aliases(entry, module_name, module, namespace, aliases.get(id(module), ()))
-                        )
-                        # One view per module global for every scoped entry installed so far.
-                        done = _refresh_views(module_name, module, namespace, scoped)
-                        status.rebound.extend(_credit(done, installing=fix.name, scoped=scoped))
+                # Only the kornia modules that bind the original, hold a view, or whose code
+                # reaches a scoped attribute can change (a few dozen of 432 in kornia 0.8.2).
+                concerned = _current_pass().modules_reaching([e for _, e in scoped])
+                concerned.update(aliases)
+                concerned.update(_view_bindings)
+                for module_name, module, namespace in _current_pass().kornia_modules_among(concerned):
+                    status.rebound.extend(
+                        _rebind_kornia_aliases(entry, module_name, module, namespace, aliases.get(id(module), ()))
+                    )
+                    # One view per module global for every scoped entry installed so far.
+                    done = _refresh_views(module_name, module, namespace, scoped)
+                    status.rebound.extend(_credit(done, installing=fix.name, scoped=scoped))
                 _watch_kornia_imports()
             else:
                 if inspect.isclass(parent):
@@ -1045,7 +1177,7 @@ _SETTINGS_PREFIX = "KORNIA_HALFPATCH_"  # every environment variable of the shim
 def _settings(given: Optional[Dict[str, Any]]) -> Tuple[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]:
     """What a probe may read besides the originals: the shim's environment variables, and the
     apply() options given to the fix (by value; options are strings and booleans)."""
-    variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIX)))
+    variables = _current_pass().settings_variables()
     options = tuple(sorted((k, repr(v)) for k, v in (given or {}).items()))
     return variables, options
 
@@ -1254,18 +1386,6 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
     notes: List[str] = []
     registry = _registry()
     index = _shared_index if _shared_index is not None else _BindingIndex()
-    from ._isolation import probe_state
-
-    with probe_state():  # resolving may import kornia modules: their code runs in a clean state
-        for fix in registry:  # every original this apply() may rebind, for one scan
-            if fix.name in selection and fix.name not in _installed:
-                for target in fix.targets:
-                    try:
-                        found, _ = _resolve(target)
-                    except Exception:  # noqa: BLE001 - the gate reports it, per fix
-                        continue
-                    if found is not None:
-                        index.want(found[2])
     # First every selected fix is gated, probed and built, patching nothing...
     evaluated: List[_Evaluated] = []
     for fix in registry:
@@ -1274,14 +1394,16 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
             if not given or fix.name not in selection or given == _installed_options.get(fix.name):
                 continue
             _uninstall(fix.name)  # asked for with other options: reinstall with those
-            for target in fix.targets:
-                found, _ = _resolve(target)
-                if found is not None:
-                    index.want(found[2])
         if fix.name not in selection:
             _statuses.setdefault(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
             continue
         evaluated.append(_evaluate(fix, given, kornia_version, notes))
+    # Every original this apply() rebinds, known before the index's one scan (the first lookup,
+    # in the first install): only the targets that go in, not those their gates left out.
+    for item in evaluated:
+        for found in item.resolved or ():
+            if found is not None:
+                index.want(found[2])
     # ... then all of them go in, in one tight pass.
     with _one_pass():
         for item in evaluated:
@@ -1327,6 +1449,15 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
     declare them (e.g. ``grid_sample_workaround=...``); an installed fix given different options
     is reinstalled with them.
     """
+    with _lock:
+        _apply_without_report(only, exclude, options)
+        return _report()
+
+
+@_outside_compiler
+def _apply_without_report(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]], options: Dict[str, Any]) -> None:
+    """``apply()`` but for its report (whose fixes' status lines run probes of their own): for
+    callers that discard it, as kornia_halfpatch.testing's restore after every block."""
     global _pending_selection, _import_hook_registered
     selection, off = _select(only, exclude)
     _check_options(options, selection)
@@ -1337,21 +1468,20 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
             if name not in _installed:
                 _statuses.setdefault(name, FixStatus(name, Verdict.OFF, reason))
         if not selection:
-            return _report()
+            return
         if not environment.kornia_is_imported():
             if environment.kornia_version() is None:
                 for name in selection:
                     _statuses[name] = FixStatus(name, Verdict.PENDING, "kornia is not installed")
-                return _report()
+                return
             pending = set(_pending_selection or ()) | set(selection)
             _pending_selection = tuple(name for name in fix_names() if name in pending)
             _pending_options.update(options)
             if not _import_hook_registered:
                 _import_hook_registered = True
                 wrapt.register_post_import_hook(_on_kornia_imported, "kornia")
-            return _report()
+            return
         _apply_locked(selection, off, options)
-        return _report()
 
 
 @_outside_compiler
@@ -1451,7 +1581,7 @@ def patched(
             revert(added)
             for name in changed:
                 revert([name])
-                apply(only=[name], **previous[name])
+                _apply_without_report([name], None, previous[name])
 
 
 @contextlib.contextmanager
@@ -1468,7 +1598,7 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
         yield
     finally:
         if removed:
-            apply(only=removed, **options)
+            _apply_without_report(removed, None, options)  # nobody reads this report
 
 
 def get_original(obj: Any) -> Any:

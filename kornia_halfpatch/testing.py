@@ -68,7 +68,7 @@ def _restore(
     with _engine._lock, _engine._one_index(originals):
         _engine.revert()
         for names, given in _option_groups(applied, options):
-            _engine.apply(only=names, **given)
+            _engine._apply_without_report(names, None, given)  # the report would be thrown away
         # What the earlier apply() found out about the fixes that are not installed (a narrow
         # apply(only=...) above would otherwise record them as "not selected").
         for name, status in statuses.items():

@@ -570,8 +570,11 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
         kornia_halfpatch.apply(only=["second"], own=2)
         kornia_halfpatch.apply(only=["third"], shared=3)  # "shared" differs from first's: another apply()
         applies = []
-        real_apply = _engine.apply
-        monkeypatch.setattr(_engine, "apply", lambda only=None, **options: applies.append((only, options)) or real_apply(only, **options))
+        real_apply = _engine._apply_without_report  # apply() without its report, which restoring discards
+        monkeypatch.setattr(
+            _engine, "_apply_without_report",
+            lambda only, exclude, options: applies.append((only, options)) or real_apply(only, exclude, options),
+        )
         configured.clear()
         with testing.preserved():
             kornia_halfpatch.revert()

@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import weakref
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -237,8 +237,40 @@ def build_entry_point(original: Any) -> Any:
     """``forward``/``inverse`` of an augmentation or container, promoted for half inputs.
 
     Written out with the original's own parameter list (defaults taken from the function object,
-    as ``_codegen`` does), so the replacement has the original's ``__defaults__`` and signature."""
-    parameters = list(inspect.signature(original).parameters.values())
+    as ``_codegen`` does), so the replacement has the original's ``__defaults__`` and signature.
+    The generated code is kept per original (every re-apply, two per testing.isolated() block,
+    builds the replacement again); each build makes a new function from it."""
+    # What the signature is read from (a plain function without __signature__ or __wrapped__).
+    marks = (
+        getattr(original, "__code__", None), getattr(original, "__defaults__", None),
+        getattr(original, "__kwdefaults__", None), getattr(original, "__annotations__", None),
+        getattr(original, "__signature__", None), getattr(original, "__wrapped__", None),
+    )
+    known = _generated.get(id(original))
+    if marks[0] is None or known is None or known[0] is not original or any(a is not b for a, b in zip(known[1], marks)):
+        signature = inspect.signature(original)
+        known = _generated[id(original)] = (original, marks, signature) + _generate_entry_point(original, signature)
+    signature, code, defaults, filename, lines = known[2:]
+    linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)  # TorchScript reads it
+    namespace: Dict[str, Any] = {"_halfpatch_original": original, "_halfpatch_dispatch": _dispatch, **defaults}
+    exec(code, namespace)  # noqa: S102 - our own generated code: defines the function
+    entry_point = namespace[original.__name__]
+    entry_point.__defaults__ = original.__defaults__
+    entry_point.__kwdefaults__ = original.__kwdefaults__
+    entry_point.__doc__ = original.__doc__
+    entry_point.__signature__ = signature  # with the original's annotations
+    return entry_point
+
+
+# id(original) -> (original, what its signature was read from, the signature, the compiled
+# definition, the defaults it reads, its file name and source lines)
+_generated: Dict[int, Tuple[Any, ...]] = {}
+
+
+def _generate_entry_point(original: Any, signature: inspect.Signature) -> Tuple[Any, Dict[str, Any], str, List[str]]:
+    """The compiled ``def`` of ``build_entry_point``'s function, the defaults it reads, and its
+    file name and source lines (for ``linecache``)."""
+    parameters = list(signature.parameters.values())
     if not parameters or parameters[0].name != "self":
         raise TypeError(f"{original.__qualname__}: expected a method taking self first")
     namespace: Dict[str, Any] = {"_halfpatch_original": original, "_halfpatch_dispatch": _dispatch}
@@ -281,14 +313,8 @@ def build_entry_point(original: Any) -> Any:
         f"    return _halfpatch_dispatch(_halfpatch_original, self, {args}, {kwargs}, {data})\n"
     )
     filename = f"<kornia_halfpatch generated augmentation entry point {original.__qualname__}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    entry_point = namespace[name]
-    entry_point.__defaults__ = original.__defaults__
-    entry_point.__kwdefaults__ = original.__kwdefaults__
-    entry_point.__doc__ = original.__doc__
-    entry_point.__signature__ = inspect.signature(original)  # with the original's annotations
-    return entry_point
+    defaults = {key: value for key, value in namespace.items() if key.startswith("_halfpatch_default_")}
+    return compile(source, filename, "exec"), defaults, filename, source.splitlines(True)
 
 
 WHOLESALE = (

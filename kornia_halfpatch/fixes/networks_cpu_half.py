@@ -185,15 +185,23 @@ def _aarch64_has_fp16_arithmetic() -> bool:
     return False
 
 
+_half_cpu_convolution: List[bool] = []  # the answer, once known (the torch build is the process's)
+
+
 def _torch_has_half_cpu_convolution() -> bool:
     # torch 2.1 raises '"slow_conv2d_cpu" not implemented for 'Half'' whatever the CPU: native
-    # float16 is then no choice, the float32 path is the one that runs.
-    one = torch.ones(1, 1, 1, 1, dtype=torch.float16)
-    try:
-        torch.nn.functional.conv2d(one, one)
-    except (RuntimeError, NotImplementedError):
-        return False
-    return True
+    # float16 is then no choice, the float32 path is the one that runs. Asked once per process:
+    # status() reads it in every report, and the call costs milliseconds (oneDNN sets up a
+    # primitive for it), which every testing.isolated() block paid twice.
+    if not _half_cpu_convolution:
+        one = torch.ones(1, 1, 1, 1, dtype=torch.float16)
+        try:
+            torch.nn.functional.conv2d(one, one)
+        except (RuntimeError, NotImplementedError):
+            _half_cpu_convolution.append(False)
+        else:
+            _half_cpu_convolution.append(True)
+    return _half_cpu_convolution[0]
 
 
 def cpu_native_half() -> Tuple[bool, str]:

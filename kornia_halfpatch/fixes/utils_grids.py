@@ -22,7 +22,7 @@ wrappers that call a captured ``_create_meshgrid``; the engine rebinds that capt
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -183,17 +183,29 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
 
 
+# (original, axes) -> answer: the release's float32 ramps are a function of its code alone, and
+# every re-apply (two per testing.isolated() block) builds the replacement again.
+_ramp_answers: Dict[Tuple[int, int], Tuple[Any, Any, bool]] = {}
+
+
 def _ramp_is_the_releases(original: Any, axes: Any) -> bool:
     """Whether _normalized_ramp is bit for bit the installed release's float32 ramp on every
     axis (NaN included), on sides with inexact quotients. ``axes(original, size)`` returns the
     release's ramps of that size. If not, half normalized grids narrow the release's own float32
-    grid (eager and compiled then differ where inductor's arithmetic does)."""
+    grid (eager and compiled then differ where inductor's arithmetic does). Computed once per
+    original (kept alive with the answer, so its id is not reused)."""
+    key = (id(original), id(axes))
+    known = _ramp_answers.get(key)
+    if known is not None and known[0] is original and known[1] is axes:
+        return known[2]
+    answer = True
     for size in _RAMP_CHECK_SIDES:
         expected = _normalized_ramp(size, torch.device("cpu"))
-        for ramp in axes(original, size):
-            if not _same_bits(ramp, expected):
-                return False
-    return True
+        if not all(_same_bits(ramp, expected) for ramp in axes(original, size)):
+            answer = False
+            break
+    _ramp_answers[key] = (original, axes, answer)
+    return answer
 
 
 def _ramps_2d(original: Any, size: int) -> List[torch.Tensor]:

@@ -288,9 +288,24 @@ ALIGN_CORNERS_WARNING = (
 _align_corners_stacklevel = 2
 
 
+# function -> its stacklevel: parsing torch's grid_sample source took about 2 ms, paid by every
+# re-apply (two per testing.isolated() block); the function's source does not change.
+_stacklevels: Dict[int, Tuple[Any, int]] = {}
+
+
 def _warning_stacklevel(function: Any) -> int:
     """The ``stacklevel`` of the ``warnings.warn`` call that carries ALIGN_CORNERS_WARNING in
-    ``function``'s source (1 when it gives none); 2 when the source cannot be read."""
+    ``function``'s source (1 when it gives none); 2 when the source cannot be read (read once
+    per function)."""
+    known = _stacklevels.get(id(function))
+    if known is not None and known[0] is function:
+        return known[1]
+    level = _read_warning_stacklevel(function)
+    _stacklevels[id(function)] = (function, level)
+    return level
+
+
+def _read_warning_stacklevel(function: Any) -> int:
     import ast
     import inspect
     import textwrap
