@@ -3,7 +3,7 @@
 # environment's wall time, counts and slowest tests, and one closing line of totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet "tox>=4"
+python -m pip install --quiet "tox>=4" "tox-uv>=1.11"
 # The Python 3.9 and 3.10 environments: where the extra Pythons come from pyenv, the bare
 # python3.9/python3.10 commands answer only for the versions PYENV_VERSION names.
 if command -v pyenv >/dev/null 2>&1 && [ -z "${PYENV_VERSION:-}" ]; then
