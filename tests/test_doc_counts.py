@@ -70,3 +70,31 @@ def test_stated_per_release_target_counts_hold_on_this_release():
     if not checked:
         pytest.skip(f"the docs state no per-release counts for kornia {RELEASE}")
     assert checked == 2
+
+
+def test_readmes_supported_versions_are_what_ci_runs():
+    # README's table of stacks, tox.ini's envlist (what CI runs) and pyproject's bounds say the same.
+    import configparser
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    envlist = set(tox["tox"]["envlist"].split())
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Supported versions") :]
+    table = table[: table.index("\n\n", table.index("| ---"))]
+    rows = [line for line in table.splitlines() if line.startswith("| 3.")]
+    named = set()
+    pythons, torches = set(), set()
+    for row in rows:
+        python, torch_version, _, environments = [cell.strip() for cell in row.strip("|").split("|")]
+        pythons.add(tuple(int(part) for part in python.split(".")))
+        torches.add(tuple(int(part) for part in torch_version.split(".")[:2]))
+        names = re.findall(r"`([a-z0-9-]+)`", environments)
+        if "..." in environments:  # `kornia070` ... `kornia090`: every release environment between
+            names += [name for name in envlist if re.fullmatch(r"kornia0\d\d", name)]
+        named.update(names)
+    assert named == envlist - {"oracle"}
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert stated("pyproject.toml", r'requires-python = ">=(\d+\.\d+)"') == ".".join(map(str, min(pythons)))
+    torch_bound = re.search(r'"torch>=(\d+\.\d+)', pyproject).group(1)
+    assert tuple(int(part) for part in torch_bound.split(".")) == min(torches)
