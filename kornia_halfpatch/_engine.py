@@ -38,6 +38,7 @@ import wrapt
 from . import _environment as environment
 from . import _installed as state
 from . import _kornia_scope as kornia_scope
+from . import _lookups
 from ._bindings import BindingIndex, is_kornia_module
 from ._identity import adopt_identity, set_pickle_reference
 from ._import_hook import run_when_kornia_is_imported
@@ -581,6 +582,10 @@ def _revert_all(chosen: Tuple[str, ...], index: BindingIndex) -> None:
 def applied_fixes() -> Tuple[str, ...]:
     with lock:
         return tuple(name for name in fix_names() if state.is_installed(name))
+
+
+# What fix modules ask about the installed shim, answered here so that they never import this.
+_lookups.answer_with(get_original, lambda name: name in applied_fixes())
 
 
 @contextlib.contextmanager
