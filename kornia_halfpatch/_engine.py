@@ -40,7 +40,7 @@ from . import _installed as state
 from . import _kornia_scope as kornia_scope
 from . import _lookups
 from ._bindings import BindingIndex, is_kornia_module
-from ._identity import adopt_identity, set_pickle_reference
+from ._identity import give_identity
 from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
 from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, RowStatus, Target, Verdict
@@ -132,16 +132,23 @@ def _forget_torchscript_class(cls: Any) -> None:
 _built: Dict[Tuple[int, int], Tuple[Target, Any, Any]] = {}
 
 
-def _build(target: Target, original: Any) -> Any:
+def _build(target: Target, found: "Resolved") -> Any:
+    """The replacement of a resolved target, with the original's identity (``give_identity``)."""
+    original = found[2]
     key = (id(target), id(original))
     cached = _built.get(key)
     if cached is not None and cached[0] is target and cached[1] is original:
-        return cached[2]
-    replacement = target.build(original)
-    adopt_identity(replacement, original)
-    if target.row is not None:
-        _built[key] = (target, original, replacement)
+        replacement = cached[2]
+    else:
+        replacement = target.build(original)
+        if target.row is not None:
+            _built[key] = (target, original, replacement)
+    give_identity(replacement, found, _scope(target))
     return replacement
+
+
+def _scope(target: Target) -> str:
+    return target.scope() if callable(target.scope) else target.scope
 
 
 def _install(
@@ -173,9 +180,8 @@ def _install(
             parent, attribute, original, path = found
             if inspect.isclass(parent) and attribute not in parent.__dict__ and id(original) in defined_in_a_target:
                 continue
-            replacement = replacements[position] if replacements is not None else _build(target, original)
-            scope = target.scope() if callable(target.scope) else target.scope
-            set_pickle_reference(replacement, original, scope, path)
+            replacement = replacements[position] if replacements is not None else _build(target, found)
+            scope = _scope(target)
             entry = Entry(parent, attribute, original, replacement, path, scope=scope)
             if scope == SCOPE_KORNIA and not entry.on_module:
                 raise TypeError(f"{path}: scope {SCOPE_KORNIA!r} is for module-level functions")
@@ -186,13 +192,8 @@ def _install(
                 kornia_scope.install_scoped(entry, fix.name, status, index)
             else:
                 if inspect.isclass(parent):
+                    # Deleted again by revert (give_identity named the copy after this class).
                     entry.inherited = attribute not in parent.__dict__
-                    if entry.inherited:
-                        # The base class keeps its own function under the original's qualified
-                        # name: this class's copy is named after this class, so that pickle (by
-                        # reference) finds it where it is installed.
-                        replacement.__module__ = parent.__module__
-                        replacement.__qualname__ = f"{parent.__qualname__}.{attribute}"
                 setattr(parent, attribute, replacement)
                 if inspect.isclass(parent):
                     _forget_torchscript_class(parent)
@@ -385,7 +386,7 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
             if resolved is not None:
                 # Builders may probe too (the grid_sample kernel, the pyramid's level rule).
                 replacements = [
-                    _build(target, found[2]) if found is not None else None
+                    _build(target, found) if found is not None else None
                     for target, found in zip(fix.targets, resolved)
                 ]
     except Exception as exc:  # noqa: BLE001 - the shim must not break the program it runs in

@@ -1,4 +1,5 @@
-"""A replacement's identity: the original's name, qualified name, module, docstring and
+"""A replacement's identity, set in one place (:func:`give_identity`) for every replacement,
+generated or hand-written: the original's defaults, name, qualified name, module, docstring and
 signature, and the name pickle finds it under."""
 
 from __future__ import annotations
@@ -19,25 +20,51 @@ def _signature(function: Any) -> inspect.Signature:
     return signature_of(function)
 
 
-def adopt_identity(replacement: Any, original: Any) -> None:
-    """Give a replacement the original's name, qualified name, module and docstring.
+def give_identity(replacement: Any, found: Tuple[Any, str, Any, str], scope: str) -> None:
+    """Give a replacement of ``found`` (``(parent, attribute, original, "module:path")``) the
+    original's identity, for generated and hand-written replacements alike: its default objects,
+    name, qualified name, module, docstring and signature, and the name pickle finds it under.
 
     Pickle stores a function by reference (``module`` + ``qualname``) and on loading resolves the
     name to whatever the loading process has there (patched or not); with a closure's own
     qualified name (``build_x.<locals>.x``) pickling failed ("Can't pickle local object"), and so
-    did every ``functools.partial`` of a patched function sent to a process pool.
+    did every ``functools.partial`` of a patched function sent to a process pool. No
+    ``__wrapped__``: ``inspect.getsource`` would follow it and TorchScript would compile the
+    original instead.
     """
+    parent, attribute, original, path = found
     function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
-    if not isinstance(replacement, types.FunctionType):
-        return
-    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
-        value = getattr(function, attribute, None)
+    if isinstance(replacement, types.FunctionType):
+        _adopt_names(replacement, original, function, scope, path)
+    if inspect.isclass(parent) and attribute not in parent.__dict__:
+        # A method the class only inherits (networks_cpu_half's per-class _call_impl): the base
+        # class keeps its own function under the original's qualified name, so this class's
+        # copy is named after this class, and pickle (by reference) finds it where it is installed.
+        replacement.__module__ = parent.__module__
+        replacement.__qualname__ = f"{parent.__qualname__}.{attribute}"
+
+
+def _adopt_names(replacement: Any, original: Any, function: Any, scope: str, path: str) -> None:
+    # The original's own default objects. A decorated original (functools.wraps over *args,
+    # **kwargs: 0.8.3's jpeg_codec_differentiable) and a builtin have none: a generated wrapper
+    # keeps the defaults its signature shows, written into its source, a hand-written one its own.
+    for name in ("__defaults__", "__kwdefaults__"):
+        value = getattr(function, name, None)
         if value is not None:
-            setattr(replacement, attribute, value)
-    # inspect.signature(replacement) == inspect.signature(original): the same parameters, but the
-    # original's annotation objects (the fix module's may be strings, or a release's narrower
-    # type). Only where the parameters agree, so that nothing binds arguments differently.
-    # TorchScript reads the annotations of the replacement's own source, not this.
+            setattr(replacement, name, value)
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        value = getattr(function, name, None)
+        if value is not None:
+            setattr(replacement, name, value)
+    _adopt_signature(replacement, function)
+    _set_pickle_reference(replacement, original, scope, path)
+
+
+def _adopt_signature(replacement: Any, function: Any) -> None:
+    """inspect.signature(replacement) == inspect.signature(original): the same parameters, but the
+    original's annotation objects (the fix module's may be strings, or a release's narrower
+    type). Only where the parameters agree, so that nothing binds arguments differently.
+    TorchScript reads the annotations of the replacement's own source, not this."""
     try:
         signature = _signature(function)
         own = _parameters_shape(replacement)
@@ -72,7 +99,7 @@ def _parameters_shape(function: Any) -> List[Tuple[str, Any, Any]]:
 
 
 
-def set_pickle_reference(replacement: Any, original: Any, scope: str, path: Optional[str] = None) -> None:
+def _set_pickle_reference(replacement: Any, original: Any, scope: str, path: Optional[str] = None) -> None:
     """Where pickle finds a replacement: at the original's name when it replaces the original
     there, at a ``kornia_halfpatch._scoped`` attribute when it is kornia-scoped (the original's
     home keeps the original, so its name cannot resolve to the replacement; see _scoped)."""

@@ -63,6 +63,22 @@ def test_apply_twice_is_apply_once():
     assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
 
 
+@needs_old_kornia
+def test_each_target_is_resolved_once_per_apply(monkeypatch):
+    """The gate resolves a fix's targets; building and installing use what it found."""
+    import wrapt
+
+    resolved = []
+    real = wrapt.resolve_path
+    with testing.isolated(()):
+        monkeypatch.setattr(wrapt, "resolve_path", lambda module, path: resolved.append(f"{module}:{path}") or real(module, path))
+        report = kornia_halfpatch.apply(only=["utils_grids", "warp_geometry"])
+        monkeypatch.undo()
+    assert resolved and len(resolved) == len(set(resolved)), sorted(resolved)
+    candidates = {c for fix in _installed.registry() if fix.name in report.applied for t in fix.targets for c in t.candidates}
+    assert set(resolved) <= candidates
+
+
 @pytest.mark.slow
 @needs_old_kornia
 def test_modules_imported_after_apply_bind_the_fix_and_revert_covers_them():
