@@ -45,7 +45,7 @@ from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
 from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, RowStatus, Target, Verdict
 from ._safety import HalfPatchWarning, describe_exception, logger, outside_compiler, warn
-from ._selection import canonical, check_options, select
+from ._selection import check_options, select
 
 __all__ = [
     "HalfPatchWarning",
@@ -245,7 +245,7 @@ Resolved = Tuple[Any, str, Any, str]  # (parent, attribute, original, "module:pa
 # Probe findings by (fix, kornia version, originals, the fix's apply() options, the shim's
 # environment variables): apply() runs again after every unpatched() block and patched() scope,
 # and a probe's answer for the same originals does not change within a process, unless it reads
-# a setting the user can change at run time (filters_conv_hang's KORNIA_HALFPATCH_FP16_CONV_HANG):
+# a setting the user can change at run time (filters_conv_hang's KORNIA_HALFPATCH_FILTERS_CONV_HANG):
 # every KORNIA_HALFPATCH_* variable and option is part of the key, so a changed setting is
 # probed again. Failures are never cached.
 FindingKey = Tuple[int, Optional[str], Tuple[int, ...], Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]]
@@ -528,7 +528,7 @@ def apply_without_report(only: Optional[Iterable[str]], exclude: Optional[Iterab
 def revert(names: Optional[Iterable[str]] = None) -> None:
     """Undo the given fixes (all by default): every touched attribute is the original again."""
     with lock:
-        chosen = canonical(names) if names is not None else tuple(fix_names())
+        chosen = tuple(names) if names is not None else tuple(fix_names())
         for name in chosen:
             if name not in fix_names():
                 raise ValueError(f"unknown kornia_halfpatch fix {name!r}; known fixes: {', '.join(fix_names())}")
@@ -618,7 +618,7 @@ def patched(
 def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
     """Run a block on unpatched kornia (for patched-versus-unpatched comparisons), then restore."""
     with lock:
-        chosen = set(canonical(names)) if names is not None else set(fix_names())
+        chosen = set(names) if names is not None else set(fix_names())
         removed = [name for name in applied_fixes() if name in chosen]
         options: Dict[str, Any] = {}
         for name in removed:

@@ -139,10 +139,6 @@ def _reaches_any(namespace: Dict[str, Any], entries: List[Entry]) -> bool:
     return bool(reached) and any(entry.attribute in reached for entry in entries)
 
 
-def _attribute_routes(namespace: Dict[str, Any], attribute: str) -> Routes:
-    return _routes_by_attribute(namespace, (attribute,))[attribute]
-
-
 @dataclass
 class _ViewBinding:
     """A kornia module global rebound to a module view: ``module.name`` held ``was`` (the real

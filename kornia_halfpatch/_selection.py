@@ -9,14 +9,6 @@ from . import _environment as environment
 from ._installed import fix_names, registry
 
 
-def canonical(names: Iterable[str]) -> Tuple[str, ...]:
-    """Fix names as given, with former names (``fixes.FORMER_NAMES``) read as today's."""
-    from .fixes import canonical_name
-
-    known = fix_names()
-    return tuple(name if name in known else canonical_name(name) for name in names)
-
-
 def select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> Tuple[Tuple[str, ...], Dict[str, str]]:
     """Which fixes to apply, and why each other one is off. kwargs beat env vars beat defaults."""
     known = fix_names()
@@ -26,8 +18,6 @@ def select(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]]) -> T
     else:  # a selection in code replaces the one from the environment as a whole
         only_t = tuple(only) if only is not None else None
         exclude_t = tuple(exclude) if exclude is not None else None
-    only_t = canonical(only_t) if only_t is not None else None
-    exclude_t = canonical(exclude_t) if exclude_t is not None else None
     for given in (only_t or ()) + (exclude_t or ()):
         if given not in known:
             raise ValueError(f"unknown kornia_halfpatch fix {given!r}; known fixes: {', '.join(known)}")
