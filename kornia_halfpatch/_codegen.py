@@ -12,7 +12,7 @@ The generated function's globals are a copy of the original's module globals (so
 original's string annotations, ``"Tensor"``, resolve as they do for the original) plus the
 original itself and the scriptable helpers below, under ``_halfpatch_`` names. Defaults are
 not written into the source: TorchScript takes them from the function object, and the engine
-gives the wrapper the original's ``__defaults__`` and signature.
+gives the wrapper the original's ``__defaults__`` and signature (``_identity.give_identity``).
 
 Limits: ``*args``/``**kwargs`` and positional-only parameters are refused (UnsupportedSignature,
 so the row's fix fails at build and is left out). A method row's wrapper calls the original
@@ -348,15 +348,9 @@ def dtype_condition(variable: str, dtypes: Sequence[str]) -> str:
 
 
 def _finish(function: Callable[..., Any], source: str, namespace: Dict[str, Any], label: str) -> Callable[..., Any]:
-    wrapper = define(source, function.__name__, namespace, label or f"{function.__module__}.{function.__qualname__}")
-    # The original's own default objects; a decorated function (functools.wraps over *args,
-    # **kwargs: 0.8.3's jpeg_codec_differentiable) has none of its own, and keeps the defaults its
-    # signature shows, written into the generated source.
-    if function.__defaults__ is not None:
-        wrapper.__defaults__ = function.__defaults__
-    if function.__kwdefaults__ is not None:
-        wrapper.__kwdefaults__ = function.__kwdefaults__
-    return wrapper
+    # The defaults its signature shows are written into the source; the engine gives the wrapper
+    # the original's own default objects with the rest of its identity (_identity.give_identity).
+    return define(source, function.__name__, namespace, label or f"{function.__module__}.{function.__qualname__}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -47,9 +47,9 @@ def _resize(mode: str, dims: int = 4, **options: Any) -> Callable[[torch.dtype],
 
 
 def _grid_sample() -> Callable[..., torch.Tensor]:
-    from ._engine import get_original  # torch's own, also under apply(grid_sample_everywhere=True)
+    from ._lookups import original_of  # torch's own, also under apply(grid_sample_everywhere=True)
 
-    return get_original(F.grid_sample)
+    return original_of(F.grid_sample)
 
 
 # torch's name for the kernel (as its "not implemented for 'Half'" error says it) -> a call

@@ -16,7 +16,11 @@ process that never applied the shim decodes them too.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Tuple
+import sys
+from typing import Any, Optional, Tuple
+
+from ._installed import every_entry
+from ._model import SCOPE_KORNIA
 
 _ESCAPES = {"u": "_", "d": ".", "c": ":"}
 
@@ -28,6 +32,35 @@ def _escape(text: str) -> str:
 def reference_name(module: str, qualname: str) -> str:
     """The attribute of this module that resolves to the kornia-scoped ``module.qualname``."""
     return f"{_escape(module)}_c{_escape(qualname)}"
+
+
+def home_name(original: Any, path: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """Where a fresh process finds ``original``: its own module and qualified name when they
+    resolve to it, else the target's path (torch's builtin ``conv2d`` calls itself
+    ``torch._VariableFunctionsClass.conv2d``, which no module holds under that name)."""
+    module, qualname = getattr(original, "__module__", None), getattr(original, "__qualname__", None)
+    if module is not None and qualname is not None:
+        try:
+            obj: Any = sys.modules.get(module) or importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            if obj is original:
+                return module, qualname
+        except Exception:  # noqa: BLE001 - an unresolvable name falls back to the target's path
+            pass
+    if path is not None and ":" in path:
+        home, _, attribute = path.partition(":")
+        return home, attribute
+    return module, qualname
+
+
+def kornia_scoped_replacement(module: str, qualname: str) -> Any:
+    """The installed kornia-scoped replacement of ``module.qualname``, or None (read without the
+    lock: pickle calls this from any thread, possibly while another holds the lock)."""
+    for _, entry in every_entry():
+        if entry.scope == SCOPE_KORNIA and home_name(entry.original, entry.path) == (module, qualname):
+            return entry.replacement
+    return None
 
 
 def _decode(name: str) -> Tuple[str, str]:
@@ -57,8 +90,6 @@ def __getattr__(name: str) -> Any:
         module_name, qualname = _decode(name)
     except ValueError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    from ._engine import kornia_scoped_replacement
-
     replacement = kornia_scoped_replacement(module_name, qualname)
     if replacement is not None:
         return replacement

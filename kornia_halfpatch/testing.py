@@ -2,7 +2,7 @@
 
 The shim is process-global; a test that applies or reverts must leave it as it found it, and
 tests that evaluate stand-in fixes must not touch the real table. This module is the one place
-that knows how (it reads the engine's state; tests never need to).
+that knows how (it reads the engine's state through ``_installed``'s queries; tests never need to).
 
     with kornia_halfpatch.testing.isolated(only=["utils_grids"]) as report:   # exactly this fix
         ...
@@ -18,14 +18,15 @@ import contextlib
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import _engine
+from . import _installed as state
 from ._model import Fix, FixStatus, Report, Target
 
 
 def _snapshot() -> Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]]:
-    with _engine._lock:
+    with state.lock:
         applied = _engine.applied_fixes()
-        options = {name: dict(_engine._installed_options.get(name, {})) for name in applied}
-        return applied, options, dict(_engine._statuses)
+        options = {name: dict(state.options_of(name) or {}) for name in applied}
+        return applied, options, state.statuses()
 
 
 def _option_groups(
@@ -36,7 +37,7 @@ def _option_groups(
     give it an option it was not installed with (or another value), or its options would give
     an earlier fix of the call one. One call restores everything in the usual case (no two
     fixes share an option name), instead of an apply() per fix."""
-    declared = {fix.name: set(fix.options) for fix in _engine._registry()}
+    declared = {fix.name: set(fix.options) for fix in state.registry()}
     groups: List[Tuple[List[str], Dict[str, Any]]] = []
     for name in applied:
         own = options[name]
@@ -56,8 +57,8 @@ def _option_groups(
 
 def _installed_originals() -> List[Any]:
     """What the installed fixes replace: what re-applying them looks up."""
-    with _engine._lock:
-        return [entry.original for entries in _engine._installed.values() for entry in entries]
+    with state.lock:
+        return [entry.original for _, entry in state.every_entry()]
 
 
 def _restore(
@@ -65,15 +66,15 @@ def _restore(
 ) -> None:
     applied, options, statuses = snapshot
     # One scan of the modules for the revert and every apply (no user code runs between them).
-    with _engine._lock, _engine._one_index(originals):
+    with state.lock, _engine.one_index(originals):
         _engine.revert()
         for names, given in _option_groups(applied, options):
-            _engine._apply_without_report(names, None, given)  # the report would be thrown away
+            _engine.apply_without_report(names, None, given)  # the report would be thrown away
         # What the earlier apply() found out about the fixes that are not installed (a narrow
         # apply(only=...) above would otherwise record them as "not selected").
         for name, status in statuses.items():
             if name not in applied:
-                _engine._statuses[name] = status
+                state.set_status(name, status)
 
 
 @contextlib.contextmanager
@@ -93,7 +94,7 @@ def isolated(only: Optional[Iterable[str]] = None, **options: Any) -> Iterator[R
     """Exactly the ``only`` fixes applied (every needed one if ``None``; none for ``()``) for the
     block, configured by ``options``; the previous state restored afterwards."""
     with preserved():
-        with _engine._one_index():  # one scan of the modules for the revert and the apply
+        with _engine.one_index():  # one scan of the modules for the revert and the apply
             _engine.revert()
             chosen = tuple(only) if only is not None else None
             report = _engine.apply(only=chosen, **options) if chosen != () else _engine.status()
@@ -106,21 +107,19 @@ def use_fixes(fixes: List[Fix]) -> Iterator[None]:
     stand-in fixes); the real fixes are reverted first and restored after."""
     with preserved():
         _engine.revert()
-        previous = _engine._registry_override
-        _engine._registry_override = list(fixes)
-        try:
-            yield
-        finally:
-            _engine.revert()
-            _engine._registry_override = previous
+        with state.registry_of(fixes):
+            try:
+                yield
+            finally:
+                _engine.revert()
 
 
 def installed_targets() -> List[Tuple[str, Target, Any, Any]]:
     """``(fix name, target, original, replacement)`` of everything installed now."""
     found = []
-    with _engine._lock:
-        for fix in _engine._registry():
-            entries = list(_engine._installed.get(fix.name, ()))
+    with state.lock:
+        for fix in state.registry():
+            entries = state.entries_of(fix.name)
             for target in fix.targets:
                 for entry in entries:
                     if entry.path in target.candidates:

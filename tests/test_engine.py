@@ -10,7 +10,7 @@ import torch
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, _environment, _model, testing
+from kornia_halfpatch import _bindings, _engine, _environment, _installed, _kornia_scope, _model, testing
 from support import UPSTREAM_FIXED, grid_module, needs_old_kornia, run_python
 
 # Kornia modules that bind create_meshgrid by name but are not imported by ``import kornia``.
@@ -26,7 +26,7 @@ def restore_shim_state():
 
 def kornia_bindings(obj):
     return sorted(
-        f"{name}.{attr}" for name, _, attr in _engine._bindings_of(obj) if _engine._is_kornia_module(name)
+        f"{name}.{attr}" for name, _, attr in _bindings.bindings_of(obj) if _bindings.is_kornia_module(name)
     )
 
 
@@ -57,10 +57,26 @@ def test_apply_twice_is_apply_once():
     replacement = grid_module().create_meshgrid
     second = kornia_halfpatch.apply(only=["utils_grids"])
     assert grid_module().create_meshgrid is replacement
-    assert len(_engine._installed["utils_grids"]) == 2  # create_meshgrid and create_meshgrid3d, once each
+    assert len(_installed.entries_of("utils_grids")) == 2  # create_meshgrid and create_meshgrid3d, once each
     assert first.applied == second.applied == ["utils_grids"]
     kornia_halfpatch.revert()
     assert not kornia_halfpatch.is_patched(grid_module().create_meshgrid)
+
+
+@needs_old_kornia
+def test_each_target_is_resolved_once_per_apply(monkeypatch):
+    """The gate resolves a fix's targets; building and installing use what it found."""
+    import wrapt
+
+    resolved = []
+    real = wrapt.resolve_path
+    with testing.isolated(()):
+        monkeypatch.setattr(wrapt, "resolve_path", lambda module, path: resolved.append(f"{module}:{path}") or real(module, path))
+        report = kornia_halfpatch.apply(only=["utils_grids", "warp_geometry"])
+        monkeypatch.undo()
+    assert resolved and len(resolved) == len(set(resolved)), sorted(resolved)
+    candidates = {c for fix in _installed.registry() if fix.name in report.applied for t in fix.targets for c in t.candidates}
+    assert set(resolved) <= candidates
 
 
 @pytest.mark.slow
@@ -109,12 +125,12 @@ def test_every_import_and_apply_order_gives_the_same_patched_kornia(order):
 import json, torch, kornia_halfpatch
 {body}
 import kornia, kornia.utils, kornia.geometry.transform.homography_warper as hw
-from kornia_halfpatch import _engine, get_original
+from kornia_halfpatch import _bindings, get_original
 original = get_original(hw.create_meshgrid)
 grid = hw.create_meshgrid(2, 300, True, torch.device("cpu"), torch.bfloat16)
 expected = original(2, 300, True, torch.device("cpu"), torch.float32).to(torch.bfloat16)
 print(json.dumps({{
-    "stale": [n for n, _, a in _engine._bindings_of(original) if n.startswith("kornia")],
+    "stale": [n for n, _, a in _bindings.bindings_of(original) if n.startswith("kornia")],
     "fixed": bool(torch.equal(grid, expected)),
     "status": kornia_halfpatch.status().fixes["utils_grids"].applied,
 }}))
@@ -245,12 +261,12 @@ def test_environment_variable_turns_the_whole_shim_off():
 
 @pytest.mark.skipif(not UPSTREAM_FIXED, reason="checks the behaviour on kornia >= 0.9.0")
 def test_kornia_090_is_left_alone():
-    before = {name: id(module.__dict__.get("create_meshgrid")) for name, module, _ in _engine._module_items()}
+    before = {name: id(module.__dict__.get("create_meshgrid")) for name, module, _ in _bindings.module_items()}
     report = kornia_halfpatch.apply()
     assert report.applied == []
     for name, fix in report.fixes.items():
         assert fix.reason.startswith("already fixed upstream") or "turned off" in fix.reason, (name, fix.reason)
-    after = {name: id(module.__dict__.get("create_meshgrid")) for name, module, _ in _engine._module_items()}
+    after = {name: id(module.__dict__.get("create_meshgrid")) for name, module, _ in _bindings.module_items()}
     assert before == after
 
 
@@ -429,7 +445,7 @@ def test_two_fixes_share_one_view_and_either_reverts_alone(stacked, first):
     kornia_halfpatch.revert([first])
     kornia_halfpatch.revert([second])
     assert real_globals(module) and reached(module, calls)["through_f"] == []
-    assert _engine._view_bindings == {} and _engine._view_cache == {}
+    assert _kornia_scope.views_held() == ({}, {})
 
 
 @needs_old_kornia
@@ -498,8 +514,8 @@ def test_each_module_is_disassembled_once_for_every_scoped_fix(stacked, monkeypa
             disassembled.append(code.co_name)
         return real(code, *args, **kwargs)
 
-    _engine._routes_cache.pop(id(module.__dict__), None)
-    monkeypatch.setattr(_engine.dis, "get_instructions", counting)
+    _kornia_scope.forget_routes(module.__dict__)
+    monkeypatch.setattr(_kornia_scope.dis, "get_instructions", counting)
     kornia_halfpatch.apply(only=["stack_lower"])
     kornia_halfpatch.apply(only=["stack_upper"])
     kornia_halfpatch.revert(["stack_lower"])
@@ -526,18 +542,17 @@ def test_a_view_follows_its_module_when_another_fix_patches_the_module_itself(st
 
     real_relu = torch.nn.functional.relu
     everywhere = _model.Fix(name="everywhere", targets=(_model.Target(("torch.nn.functional:relu",), build),))
-    _engine._registry_override.append(everywhere)
-    try:
-        kornia_halfpatch.apply(only=["everywhere"])
-        assert torch.nn.functional.relu is not real_relu
-        assert view.relu is torch.nn.functional.relu
-        view.relu(torch.rand(2))
-        assert everywhere_calls == [1]
-        kornia_halfpatch.revert(["everywhere"])
-        assert torch.nn.functional.relu is real_relu and view.relu is real_relu
-    finally:
-        kornia_halfpatch.revert(["everywhere"])
-        _engine._registry_override.remove(everywhere)
+    with _installed.registry_of(_installed.registry() + [everywhere]):
+        try:
+            kornia_halfpatch.apply(only=["everywhere"])
+            assert torch.nn.functional.relu is not real_relu
+            assert view.relu is torch.nn.functional.relu
+            view.relu(torch.rand(2))
+            assert everywhere_calls == [1]
+            kornia_halfpatch.revert(["everywhere"])
+            assert torch.nn.functional.relu is real_relu and view.relu is real_relu
+        finally:
+            kornia_halfpatch.revert(["everywhere"])
 
 
 def option_fix(name, attribute, options, configured):
@@ -570,9 +585,9 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
         kornia_halfpatch.apply(only=["second"], own=2)
         kornia_halfpatch.apply(only=["third"], shared=3)  # "shared" differs from first's: another apply()
         applies = []
-        real_apply = _engine._apply_without_report  # apply() without its report, which restoring discards
+        real_apply = _engine.apply_without_report  # apply() without its report, which restoring discards
         monkeypatch.setattr(
-            _engine, "_apply_without_report",
+            _engine, "apply_without_report",
             lambda only, exclude, options: applies.append((only, options)) or real_apply(only, exclude, options),
         )
         configured.clear()
@@ -580,6 +595,6 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
             kornia_halfpatch.revert()
         assert applies == [(["first", "second"], {"shared": 1, "own": 2}), (["third"], {"shared": 3})]
         assert configured == {"first": [{"shared": 1}], "second": [{"own": 2}], "third": [{"shared": 3}]}
-        assert {name: _engine._installed_options[name] for name in _engine.applied_fixes()} == {
+        assert {name: _installed.options_of(name) for name in _engine.applied_fixes()} == {
             "first": {"shared": 1}, "second": {"own": 2}, "third": {"shared": 3}
         }

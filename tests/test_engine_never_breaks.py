@@ -15,7 +15,7 @@ import torch
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, testing
+from kornia_halfpatch import _bindings, testing
 from kornia_halfpatch._isolation import probe_state
 from support import (
     UPSTREAM_FIXED,
@@ -240,13 +240,13 @@ def test_a_half_done_install_is_rolled_back_everywhere():
     broken = second.__class__(second.candidates, broken_build, second.expects_parameters)
     with registry_with(real.__class__(name=real.name, targets=(first, broken), probe=real.probe)):
         original = grid_module().create_meshgrid
-        holders = sorted(n for n, _, _ in _engine._bindings_of(original))
+        holders = sorted(n for n, _, _ in _bindings.bindings_of(original))
         report = kornia_halfpatch.apply()
         assert report.fixes["utils_grids"].reason == "failed: RuntimeError: cannot build"
         assert "utils_grids" not in kornia_halfpatch.applied_fixes()
         # create_meshgrid was installed first, then rolled back in every module that held it.
-        assert sorted(n for n, _, _ in _engine._bindings_of(original)) == holders
-        assert not any(kornia_halfpatch.is_patched(m.__dict__.get(a)) for _, m, a in _engine._bindings_of(original))
+        assert sorted(n for n, _, _ in _bindings.bindings_of(original)) == holders
+        assert not any(kornia_halfpatch.is_patched(m.__dict__.get(a)) for _, m, a in _bindings.bindings_of(original))
 
 
 def test_bad_arguments_of_the_callers_own_still_raise_clearly():

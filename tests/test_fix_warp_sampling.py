@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, _environment, testing
+from kornia_halfpatch import _bindings, _environment, testing
 from kornia_halfpatch.fixes import warp_sampling as fix
 from support import HALF_DTYPES, KORNIA, MISSING_KERNEL_ERROR, TORCH, bitwise_equal, expect_missing_kernel_error, needs_old_kornia
 
@@ -358,7 +358,7 @@ def resolve_call_site(module, expression):
 def test_every_grid_sample_call_in_loaded_kornia_source_reaches_the_replacement():
     sites = []
     for name, module in list(sys.modules.items()):
-        if _engine._is_kornia_module(name):
+        if _bindings.is_kornia_module(name):
             sites += [(name, line, expression) for line, expression in source_call_sites(module)]
     assert len(sites) >= 15, sites  # warps, remap, homography, depth, elastic, TPS, LAF, ...
     missed = [
@@ -375,7 +375,7 @@ def test_revert_gives_kornia_back_the_real_torch_modules():
     kornia_halfpatch.revert()
     leftovers = []
     for name, module in list(sys.modules.items()):
-        if _engine._is_kornia_module(name):
+        if _bindings.is_kornia_module(name):
             for attribute, value in list(vars(module).items()):
                 if kornia_halfpatch.is_patched(value) or (
                     type(value) is type(sys) and "__kornia_halfpatch_view_of__" in value.__dict__

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _engine, _model, testing
+from kornia_halfpatch import _bindings, _installed, _kornia_scope, _model, testing
 from support import needs_old_kornia, run_python
 
 NAME = "warp_sampling"
@@ -46,8 +46,8 @@ def stand_in():
 def views_in_kornia():
     return sorted(
         f"{name}.{attribute}"
-        for name, module, namespace in _engine._module_items()
-        if _engine._is_kornia_module(name)
+        for name, module, namespace in _bindings.module_items()
+        if _bindings.is_kornia_module(name)
         for attribute, value in list(namespace.items())
         if type(value) is types.ModuleType and "__kornia_halfpatch_view_of__" in value.__dict__
     )
@@ -150,25 +150,25 @@ def test_kornia_modules_imported_after_apply_are_rebound_and_reverted(stand_in, 
 @needs_old_kornia
 def test_the_import_watcher_leaves_when_nothing_needs_it(stand_in):
     kornia_halfpatch.apply(only=[NAME])
-    assert _engine._import_watcher in sys.meta_path
+    assert _kornia_scope.watching_kornia_imports()
     kornia_halfpatch.revert()
-    assert _engine._import_watcher not in sys.meta_path
+    assert not _kornia_scope.watching_kornia_imports()
 
 
 @needs_old_kornia
 def test_options_are_kept_by_unpatched_and_restored_by_patched():
     kornia_halfpatch.apply(only=[NAME], grid_sample_workaround="none")
-    assert _engine._installed_options[NAME] == {"grid_sample_workaround": "none"}
+    assert _installed.options_of(NAME) == {"grid_sample_workaround": "none"}
     with kornia_halfpatch.unpatched([NAME]):
         assert NAME not in kornia_halfpatch.applied_fixes()
-    assert _engine._installed_options[NAME] == {"grid_sample_workaround": "none"}
+    assert _installed.options_of(NAME) == {"grid_sample_workaround": "none"}
     first = kornia.geometry.transform.imgwarp.F.grid_sample
     kornia_halfpatch.apply(only=[NAME])  # no options given: the installed fix stays as it is
     assert kornia.geometry.transform.imgwarp.F.grid_sample is first
     with kornia_halfpatch.patched(only=[NAME], grid_sample_workaround="overflow"):
-        assert _engine._installed_options[NAME] == {"grid_sample_workaround": "overflow"}
+        assert _installed.options_of(NAME) == {"grid_sample_workaround": "overflow"}
         assert kornia.geometry.transform.imgwarp.F.grid_sample is not first  # reinstalled
-    assert _engine._installed_options[NAME] == {"grid_sample_workaround": "none"}
+    assert _installed.options_of(NAME) == {"grid_sample_workaround": "none"}
     assert "forced by apply(grid_sample_workaround=...)" in kornia_halfpatch.status().probes[NAME]
     assert kornia_halfpatch.status().probes[NAME].startswith("none:")
 

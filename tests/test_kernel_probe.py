@@ -243,13 +243,12 @@ def test_topk_keeps_the_named_result():
 def test_kernel_op_replacement_scripts(target):
     """Built on any torch (on 2.13 it widens nothing), the replacement compiles under
     TorchScript and agrees with eager: kornia functions that call it still script."""
-    from kornia_halfpatch._engine import _resolve
+    from kornia_halfpatch._engine import resolve
+    from kornia_halfpatch._identity import give_identity
 
-    from kornia_halfpatch._engine import _adopt_identity
-
-    found, _ = _resolve(target)
+    found, _ = resolve(target)
     replacement = target.build(found[2])
-    _adopt_identity(replacement, found[2])  # as the engine installs it
+    give_identity(replacement, found, target.scope)  # as the engine installs it
     scripted = torch.jit.script(replacement)
     example = OP_CALLS[target.candidates[0]][0]
     for dtype in (torch.float32, torch.float16):

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import kornia_halfpatch
-from kornia_halfpatch import _engine, _model, testing
+from kornia_halfpatch import _bindings, _engine, _installed, _model, testing
 from kornia_halfpatch._codegen import FLOAT32, HALF_DTYPE_NAMES
 from kornia_halfpatch.fixes import load_fixes
 from examples import EXAMPLES, EXEMPT
@@ -289,7 +289,7 @@ def test_a_non_tensor_input_gets_the_originals_own_error(installed):
 @rows(among=EVERY_TARGET)
 def test_revert_puts_the_original_back_in_every_alias(installed):
     original, replacement, target = installed
-    (parent, attribute, current, _), _ = _engine._resolve(target)
+    (parent, attribute, current, _), _ = _engine.resolve(target)
     if inspect.isclass(parent):  # a method: the class holds it, for every instance
         assert current is replacement
         with kornia_halfpatch.unpatched():
@@ -298,7 +298,7 @@ def test_revert_puts_the_original_back_in_every_alias(installed):
             assert _class_attribute(parent, attribute) is original
         assert kornia_halfpatch.is_patched(parent.__dict__[attribute])  # re-applied after the block
         return
-    in_kornia = lambda obj: sorted(n + "." + a for n, _, a in _engine._bindings_of(obj) if _engine._is_kornia_module(n))
+    in_kornia = lambda obj: sorted(n + "." + a for n, _, a in _bindings.bindings_of(obj) if _bindings.is_kornia_module(n))
     held = in_kornia(replacement)
     assert held or target.scope != _model.SCOPE_EVERYWHERE
     assert in_kornia(original) == [] or target.scope == _model.SCOPE_KORNIA
@@ -315,7 +315,7 @@ def _class_attribute(cls, name):
 
 
 def _installed_entry(replacement):
-    return next(e for entries in _engine._installed.values() for e in entries if e.replacement is replacement)
+    return next(e for _, e in _installed.every_entry() if e.replacement is replacement)
 
 
 @rows(among=EVERY_TARGET)

@@ -25,12 +25,6 @@ FIX_NAMES = (
 )
 
 
-def canonical_name(name: str) -> str:
-    """The fix a name given to apply()/revert()/KORNIA_HALFPATCH_FIXES means: itself (every fix
-    has one name). The engine's selection still asks; this goes when it stops asking."""
-    return name
-
-
 def load_fixes() -> List["Fix"]:  # noqa: F821
     return [_load(name) for name in FIX_NAMES]
 

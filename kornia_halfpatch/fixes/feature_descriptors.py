@@ -43,7 +43,6 @@ import torch
 import torch.nn.functional as F
 
 from .._model import Finding, Fix, Promote, Target, bug_present, not_needed, unsupported
-from ._common import like
 
 DESCRIPTOR_SIZE = 128
 SELF_INPUT = ("self", "input")
@@ -78,7 +77,7 @@ def build_sosnet_forward(original: Any) -> Any:
         descr = descr.view(descr.size(0), -1)
         return descr
 
-    return like(forward, original)
+    return forward
 
 
 def build_hynet_forward(original: Any) -> Any:
@@ -101,7 +100,7 @@ def build_hynet_forward(original: Any) -> Any:
         x = x.view(x.size(0), -1)
         return x
 
-    return like(forward, original)
+    return forward
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,7 +124,7 @@ def build_hardnet_forward(original: Any) -> Any:
             return F.normalize(x_out.float(), dim=1).to(x_out.dtype)
         return F.normalize(x_out, dim=1)
 
-    return like(forward, original)
+    return forward
 
 
 def build_hardnet8_forward(original: Any) -> Any:
@@ -150,7 +149,7 @@ def build_hardnet8_forward(original: Any) -> Any:
         pca = torch.mm(x_prePCA - mean, components)
         return F.normalize(pca, dim=1)
 
-    return like(forward, original)
+    return forward
 
 
 # --------------------------------------------------------------------------------------------

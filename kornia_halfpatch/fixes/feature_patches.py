@@ -52,7 +52,6 @@ import torch.nn.functional as F
 from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
 from .._torch_compat import is_compiling
 from ..probe_inputs import laf_probe_inputs
-from ._common import like
 
 PATCH_PARAMETERS = ("img", "laf", "PS", "normalize_lafs_before_extraction")
 
@@ -246,7 +245,7 @@ def build_extract_patches_simple(original: Any) -> Any:
             out[:, start:stop] = _sample_folded(sample_img, grid)
         return out.masked_fill_(invalid.view(B, N, 1, 1, 1), 0.0)
 
-    return like(extract_patches_simple, original)
+    return extract_patches_simple
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,7 +366,7 @@ def build_extract_patches_from_pyramid(original: Any) -> Any:
             return _sample_levels_static(levels, lafs_px, level, PS, img.dtype)
         return _sample_levels_gathered(levels, lafs_px, level, PS, img.dtype)
 
-    return like(extract_patches_from_pyramid, original)
+    return extract_patches_from_pyramid
 
 
 # --------------------------------------------------------------------------------------------

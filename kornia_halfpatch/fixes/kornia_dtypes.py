@@ -21,7 +21,6 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 
 from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed, table
-from ._common import like
 
 
 
@@ -191,7 +190,7 @@ def build_discrete_kernel(original: Any) -> Any:
                             dtype=torch.float32 if dtype is not None else None).to(half)
         return original(kernel_size, sigma, force_even, device=device, dtype=dtype)
 
-    return like(get_gaussian_discrete_kernel1d, original)
+    return get_gaussian_discrete_kernel1d
 
 
 def build_normal_transform_pixel(original: Any) -> Any:
@@ -210,7 +209,7 @@ def build_normal_transform_pixel(original: Any) -> Any:
             return _pixel_to_normalized_float32([height, width], device).to(dtype)
         return original(height, width, eps, device, dtype)
 
-    return like(normal_transform_pixel, original)
+    return normal_transform_pixel
 
 
 def build_normal_transform_pixel3d(original: Any) -> Any:
@@ -229,7 +228,7 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
             return _pixel_to_normalized_float32([depth, height, width], device).to(dtype)
         return original(depth, height, width, eps, device, dtype)
 
-    return like(normal_transform_pixel3d, original)
+    return normal_transform_pixel3d
 
 
 def _pixel_to_normalized_float32(size: List[int], device: Optional[torch.device]) -> torch.Tensor:
@@ -275,7 +274,7 @@ def build_normalize_homography(original: Any) -> Any:
             return _normalization_chain_float32(widened, src, dst, False).to(dst_pix_trans_src_pix.dtype)
         return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
 
-    return like(normalize_homography, original)
+    return normalize_homography
 
 
 def build_denormalize_homography(original: Any) -> Any:
@@ -290,7 +289,7 @@ def build_denormalize_homography(original: Any) -> Any:
             return _normalization_chain_float32(widened, src, dst, True).to(dst_pix_trans_src_pix.dtype)
         return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
 
-    return like(denormalize_homography, original)
+    return denormalize_homography
 
 
 def build_normalize_homography3d(original: Any) -> Any:
@@ -306,7 +305,7 @@ def build_normalize_homography3d(original: Any) -> Any:
             return _normalization_chain_float32(widened, src, dst, False).to(dst_pix_trans_src_pix.dtype)
         return original(dst_pix_trans_src_pix, dsize_src, dsize_dst)
 
-    return like(normalize_homography3d, original)
+    return normalize_homography3d
 
 
 class _HalfResponseView:
@@ -339,7 +338,7 @@ def build_single_level_detection(original: Any) -> Any:
             return scores, lafs
         return original(self, level_img, num_kp, factor)
 
-    return like(detect_features_on_single_level, original)
+    return detect_features_on_single_level
 
 
 FACTORIES = (

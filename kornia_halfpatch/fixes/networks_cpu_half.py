@@ -253,7 +253,7 @@ def validate_options(given: Dict[str, Any]) -> None:
     if raw and raw not in MODES and OPTION not in given:
         import warnings
 
-        from .._engine import HalfPatchWarning
+        from .._safety import HalfPatchWarning
 
         try:
             warnings.warn(
@@ -282,9 +282,9 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 def describe() -> str:
     mode, why = resolve_mode()
-    from .. import _engine
+    from .._lookups import fix_installed
 
-    installed = NAME in _engine.applied_fixes()
+    installed = fix_installed(NAME)
     in_force = "float32" if installed else "native"
     text = f"{in_force} in force"
     if installed or mode == "native":

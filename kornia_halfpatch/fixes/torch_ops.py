@@ -39,7 +39,6 @@ from torch._jit_internal import BroadcastingList2, BroadcastingList3
 from .._model import (
     SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, kernel_gate, not_needed, table,
 )
-from ._common import like
 
 CPU = "cpu"
 
@@ -142,7 +141,7 @@ def build_intrinsics_inverse(original: Any) -> Any:
             return intrinsics.float().inverse().to(intrinsics.dtype)
         return original(self)
 
-    return like(intrinsics_inverse, original)
+    return intrinsics_inverse
 
 
 def build_homography_inverse(original: Any) -> Any:
@@ -152,7 +151,7 @@ def build_homography_inverse(original: Any) -> Any:
             return torch.unsqueeze(torch.inverse(model.float()), dim=0).to(model.dtype)
         return original(self)
 
-    return like(forward_inverse, original)
+    return forward_inverse
 
 
 def build_similarity_inverse(original: Any) -> Any:
@@ -162,7 +161,7 @@ def build_similarity_inverse(original: Any) -> Any:
             return torch.inverse(forward.float()).to(forward.dtype)
         return original(self)
 
-    return like(forward_inverse, original)
+    return forward_inverse
 
 
 FLOAT16_MAX = 65504.0
@@ -182,7 +181,7 @@ def build_fundamental_from_projections(original: Any) -> Any:
             return F.to(P1.dtype)
         return original(P1, P2)
 
-    return like(fundamental_from_projections, original)
+    return fundamental_from_projections
 
 
 def build_average_quaternions(original: Any) -> Any:
@@ -197,7 +196,7 @@ def build_average_quaternions(original: Any) -> Any:
             return Quaternion(widened.data.to(data.dtype))
         return original(Q, w)
 
-    return like(average_quaternions, original)
+    return average_quaternions
 
 
 def build_z1_project(original: Any) -> Any:
@@ -210,7 +209,7 @@ def build_z1_project(original: Any) -> Any:
             return Vector2(original(self, Vector3(data.float())).data.to(data.dtype))
         return original(self, points)
 
-    return like(project, original)
+    return project
 
 
 ZCA_FORWARD_CALL = "linear_transform(x, self.transform_matrix, self.mean_vector, self.dim)"
@@ -259,7 +258,7 @@ def build_zca_forward(original: Any) -> Any:
             x_whiten = x_whiten.to(x.dtype)
         return x_whiten
 
-    return like(forward, original)
+    return forward
 
 
 def build_so2_inverse(original: Any) -> Any:
@@ -272,7 +271,7 @@ def build_so2_inverse(original: Any) -> Any:
             return type(self)(original(type(self)(z.to(torch.complex64))).z.to(z.dtype))
         return original(self)
 
-    return like(inverse, original)
+    return inverse
 
 
 def build_torch_inverse(original: Any) -> Any:
@@ -502,7 +501,7 @@ def build_hanning_kernel2d(original: Any) -> Any:
             return original(kernel_size, device, torch.float32).to(dtype)
         return original(kernel_size, device, dtype)
 
-    return like(get_hanning_kernel2d, original)
+    return get_hanning_kernel2d
 
 
 def softmax_in_input_dtype(dtype: Optional[torch.dtype]) -> bool:

@@ -27,7 +27,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .._model import Finding, Fix, Target, bug_present, not_needed
-from ._common import like
 
 MESHGRID_PARAMETERS = ("height", "width", "normalized_coordinates", "device", "dtype")
 
@@ -119,9 +118,9 @@ def build_create_meshgrid(original: Any) -> Any:
         return original(height, width, normalized_coordinates, device, grid_dtype)
 
     if _ramp_is_the_releases(original, _ramps_2d):
-        return like(create_meshgrid, original)
+        return create_meshgrid
     create_meshgrid_release_float32.__name__ = "create_meshgrid"
-    return like(create_meshgrid_release_float32, original)
+    return create_meshgrid_release_float32
 
 
 def build_create_meshgrid3d(original: Any) -> Any:
@@ -170,9 +169,9 @@ def build_create_meshgrid3d(original: Any) -> Any:
         return original(depth, height, width, normalized_coordinates, device, grid_dtype)
 
     if _ramp_is_the_releases(original, _ramps_3d):
-        return like(create_meshgrid3d, original)
+        return create_meshgrid3d
     create_meshgrid3d_release_float32.__name__ = "create_meshgrid3d"
-    return like(create_meshgrid3d_release_float32, original)
+    return create_meshgrid3d_release_float32
 
 
 # Sides whose float32 quotients i / (size - 1) are inexact (and 1: 0/0, 2: exact ends).

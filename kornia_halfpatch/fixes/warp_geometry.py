@@ -47,7 +47,6 @@ from typing import Any, Sequence, Tuple
 import torch
 
 from .._model import Finding, Fix, Promote, Target, bug_present, not_needed, table
-from ._common import like
 
 
 
@@ -156,7 +155,7 @@ def build_affine_forward(original: Any) -> Any:
                 object.__setattr__(widened, name, value.float())
         return original(widened, input.float()).to(input.dtype)
 
-    return like(forward, original)
+    return forward
 
 
 # HomographyWarper -> (the half grid precompute_warp_grid stored on it, the float32 grid it came from)
@@ -179,7 +178,7 @@ def build_precompute_warp_grid(original: Any) -> Any:
         _FLOAT32_GRIDS[self] = (self._warped_grid, wide)
         return None
 
-    return like(precompute_warp_grid, original)
+    return precompute_warp_grid
 
 
 def build_homography_warper_forward(original: Any) -> Any:
@@ -198,7 +197,7 @@ def build_homography_warper_forward(original: Any) -> Any:
         homography = src_homo_dst.float() if src_homo_dst is not None and _is_half(src_homo_dst) else src_homo_dst
         return original(warper, patch_src.float(), homography).to(patch_src.dtype)
 
-    return like(forward, original)
+    return forward
 
 
 HAND_WRITTEN = (

@@ -163,9 +163,9 @@ def _probe_workaround(why: str) -> Workaround:
 
 
 def _torch_grid_sample() -> Callable[..., torch.Tensor]:
-    from .._engine import get_original
+    from .._lookups import original_of
 
-    return get_original(torch.nn.functional.grid_sample)
+    return original_of(torch.nn.functional.grid_sample)
 
 
 # --------------------------------------------------------------------------------------------
@@ -222,9 +222,9 @@ def choose_workaround() -> Workaround:
 
 
 def _installed() -> bool:
-    from .._engine import applied_fixes
+    from .._lookups import fix_installed
 
-    return "warp_sampling" in applied_fixes()
+    return fix_installed("warp_sampling")
 
 
 def current_workaround() -> Workaround:
@@ -409,11 +409,11 @@ def _dtypes_kornia_hands_to_grid_sample(grid_sample: Any) -> list:
 
     from kornia.geometry.transform import warp_affine
 
-    from .._engine import get_original
+    from .._lookups import original_of
 
     # The release's own warp_affine: warp_geometry's replacement samples in float32 whatever the
     # release does, which would pass for a kornia that needs no widening.
-    warp_affine = get_original(warp_affine)
+    warp_affine = original_of(warp_affine)
     seen = []
 
     class Record(TorchFunctionMode):

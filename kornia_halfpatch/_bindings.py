@@ -1,0 +1,125 @@
+"""Where objects are bound: every module attribute that *is* a given object, read from the
+modules' ``__dict__`` (so lazy module ``__getattr__`` hooks never run), with one pass over
+``sys.modules`` for every object a pass looks up (:class:`BindingIndex`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+
+def is_kornia_module(name: str) -> bool:
+    return name == "kornia" or name.startswith("kornia.")
+
+
+def module_items() -> Iterator[Tuple[str, Any, Dict[str, Any]]]:
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) if module is not None else None
+        if isinstance(namespace, dict):
+            yield name, module, namespace
+
+
+def bindings_of(obj: Any) -> List[Tuple[str, Any, str]]:
+    """Every (module name, module, attribute) whose value *is* ``obj``, read from ``__dict__``
+    so that lazy module ``__getattr__`` hooks are never triggered."""
+    found = []
+    for name, module, namespace in module_items():
+        for attribute, value in list(namespace.items()):
+            if value is obj:
+                found.append((name, module, attribute))
+    return found
+
+
+def modules_now() -> Any:
+    """``sys.modules``' size and newest entry: an import adds its module at the end (a dict
+    keeps insertion order)."""
+    try:
+        newest = next(reversed(sys.modules))
+    except (StopIteration, RuntimeError):
+        return None
+    return len(sys.modules), newest, id(sys.modules.get(newest))
+
+
+class BindingIndex:
+    """Where objects are bound, from ONE pass over ``sys.modules`` for all of them (freezegun's
+    ``{id(real): fake}`` scan): ``apply()``, ``revert()`` and ``status()`` each build one for
+    every target they handle, instead of scanning all modules (about 58k attributes after
+    ``import kornia``, 4 ms) once per target. Objects are registered with :meth:`want` before
+    the first lookup; a lookup of another object rebuilds the index (correct, just slower)."""
+
+    def __init__(self, wanted: Iterable[Any] = ()) -> None:
+        self._wanted: Dict[int, Any] = {}
+        self._found: Optional[Dict[int, List[Tuple[str, Any, str]]]] = None
+        # Following mode: id -> the objects whose bindings the engine swaps with it (an original
+        # and its replacements), and the namespaces already scanned (kept alive).
+        self._related: Optional[Dict[int, List[Any]]] = None
+        self._scanned: Dict[int, Dict[str, Any]] = {}
+        self._modules_seen: Any = None  # sys.modules' size and newest entry at the last scan
+        for obj in wanted:
+            self.want(obj)
+
+    def follow(self) -> None:
+        """Serve a sequence of revert() and apply() passes with one scan: the engine only ever
+        writes a replacement where its original is bound, or the original where its replacement
+        is (``relate``), so a lookup of either also re-checks where the other was found, and the
+        modules imported since the scan are scanned alone. For kornia_halfpatch.testing, whose
+        blocks run revert() and apply() back to back under the lock."""
+        self._related = {}
+
+    def relate(self, original: Any, replacement: Any) -> None:
+        """``replacement`` is bound only where the engine puts it, at bindings of ``original``
+        (following mode only)."""
+        if self._related is None:
+            return
+        for one, other in ((original, replacement), (replacement, original)):
+            related = self._related.setdefault(id(one), [])
+            if not any(known is other for known in related):
+                related.append(other)
+        if self._found is not None and id(replacement) not in self._wanted:
+            self._wanted[id(replacement)] = replacement  # known without a scan: just installed
+
+    def want(self, obj: Any) -> None:
+        if id(obj) not in self._wanted:
+            self._wanted[id(obj)] = obj
+            self._found = None
+
+    def _scan(self, items: Iterable[Tuple[str, Any, Dict[str, Any]]], found: Dict[int, List[Tuple[str, Any, str]]]) -> None:
+        wanted = self._wanted
+        ids = set(wanted)
+        for name, module, namespace in items:
+            # Most modules hold none of the objects: decide that at C speed, loop only the rest.
+            if ids.isdisjoint(map(id, list(namespace.values()))):
+                continue
+            for attribute, value in list(namespace.items()):
+                if id(value) in wanted and wanted[id(value)] is value:
+                    found.setdefault(id(value), []).append((name, module, attribute))
+
+    def _build(self) -> Dict[int, List[Tuple[str, Any, str]]]:
+        found: Dict[int, List[Tuple[str, Any, str]]] = {}
+        items = list(module_items())
+        self._scan(items, found)
+        if self._related is not None:
+            self._scanned = {id(namespace): namespace for _, _, namespace in items}
+            self._modules_seen = modules_now()
+        return found
+
+    def bindings_of(self, obj: Any) -> List[Tuple[str, Any, str]]:
+        self.want(obj)
+        if self._found is None:
+            self._found = self._build()
+        elif self._related is not None and modules_now() != self._modules_seen:
+            self._modules_seen = modules_now()
+            new = [item for item in module_items() if self._scanned.get(id(item[2])) is not item[2]]
+            if new:
+                self._scan(new, self._found)
+                self._scanned.update((id(namespace), namespace) for _, _, namespace in new)
+        candidates = self._found.get(id(obj), [])
+        if self._related is not None:
+            candidates = candidates + [b for other in self._related.get(id(obj), ()) for b in self._found.get(id(other), [])]
+        # Re-checked at lookup: an install since the scan may have rebound some of them.
+        result: List[Tuple[str, Any, str]] = []
+        for n, m, a in candidates:
+            if m.__dict__.get(a) is obj and not any(m is held and a == name for _, held, name in result):
+                result.append((n, m, a))
+        return result
+
