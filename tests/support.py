@@ -160,3 +160,13 @@ MISSING_KERNEL_ERROR = NotImplementedError if TORCH >= (2, 8) else RuntimeError
 def expect_missing_kernel_error(match=None):
     """``pytest.raises`` for torch's "not implemented for 'Half'" on the installed torch."""
     return pytest.raises(MISSING_KERNEL_ERROR, match=match)
+
+
+def lacks_half_kernel(kernel: str, dtype: torch.dtype) -> bool:
+    """Whether the installed torch has no CPU kernel named ``kernel`` (a key of
+    ``kornia_halfpatch._kernels.KERNELS``) for the half ``dtype``: torch 2.1 lacks many that torch
+    2.13 has. The probe's verdict is checked against torch's own call in tests/test_kernel_probe.py.
+    An unpatched release that reaches such a kernel raises instead of computing wrong numbers."""
+    from kornia_halfpatch._kernels import missing
+
+    return str(dtype).replace("torch.", "") in missing(kernel)
