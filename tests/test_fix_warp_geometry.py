@@ -84,10 +84,11 @@ def test_patched_error_is_the_ideal_and_unpatched_is_worse(name, size, kind, dty
     image = warp_test_image(kind, size, seed=3)
     patched = error_ratio(name, image, dtype, "bilinear", "border")
     assert patched == pytest.approx(1.0, abs=5e-3)
-    if name in AFFINE_GRID_WARPS and lacks_half_kernel("baddbmm", dtype):
-        # torch 2.1: the release's half affine_grid needs a half baddbmm, which torch lacks; the
-        # unpatched warp raises instead of computing a worse warp.
-        with kornia_halfpatch.unpatched([FIX]), expect_missing_kernel_error(match="baddbmm"):
+    if name in AFFINE_GRID_WARPS and (lacks_half_kernel("baddbmm", dtype) or lacks_half_kernel("bmm", dtype)):
+        # torch 2.1: the release's half affine_grid needs a half baddbmm (rotate composes its
+        # matrix with bmm first), which torch lacks; the unpatched warp raises instead of
+        # computing a worse warp.
+        with kornia_halfpatch.unpatched([FIX]), expect_missing_kernel_error(match="bmm"):
             error_ratio(name, image, dtype, "bilinear", "border")
         return
     with kornia_halfpatch.unpatched([FIX]):
