@@ -190,3 +190,30 @@ def skip_unreachable_state(state: str) -> None:
     """Skip a test of a caller's state that the installed torch cannot enter."""
     if state == "autocast_cpu_float16" and not cpu_autocast_accepts(torch.float16):
         pytest.skip(f"torch {torch.__version__}'s CPU autocast refuses float16: no caller can be in this state")
+
+
+def widening_half_products(dtype: torch.dtype):
+    """Where torch has no half CPU matrix product (torch 2.1, float16: bmm/mm), a context in which
+    kornia's products (``@`` in rotate's matrix, ``transform_points``) that raise for it run on
+    float32 operands and are narrowed once, so a test of another op (grid_sample) gets past them;
+    every other op, and every other error, stays torch's own. Elsewhere: a no-op."""
+    import contextlib
+
+    if not (lacks_half_kernel("bmm", dtype) or lacks_half_kernel("mm", dtype)):
+        return contextlib.nullcontext()
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    class WidenHalfProducts(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            try:
+                return func(*args, **kwargs)
+            except (RuntimeError, NotImplementedError) as error:
+                if not any(f'"{name}" not implemented' in str(error) for name in ("bmm", "addmm_impl_cpu_", "baddbmm_with_gemm")):
+                    raise
+                wide = tree_map(lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype == dtype else x, (args, kwargs))
+                out = func(*wide[0], **wide[1])
+                return tree_map(lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x, out)
+
+    return WidenHalfProducts()
