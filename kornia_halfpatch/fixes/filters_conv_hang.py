@@ -21,6 +21,13 @@ through a kornia-scoped ``torch.nn.functional.conv2d`` replacement (the engine's
 shared with warp_sampling's): a float16 CPU convolution with one input channel per group, two or
 more outputs and a side >= 15 runs in float32, narrowed once; every other call is torch's own.
 
+torch 2.1 has no float16 CPU convolution kernel at all ("slow_conv2d_cpu" not implemented for
+'Half'). The conv2d target is the one owner of kornia's ``F.conv2d`` calls, so it also takes that
+case: where the kernel probe (``kornia_halfpatch._kernels``, "conv2d") finds a half dtype without
+the kernel, every CPU convolution of kornia's in that dtype runs in float32, narrowed once, and
+the fix applies for that alone (whatever the hang's verdict; the filter2d and pyramid rows are the
+hang's and stay gated on it). Where torch has the kernels (2.4 on) nothing of this is installed.
+
 Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]``, or on a torch without
 it (2.4 and 2.6 hang all the same, measured) the flag in Linux's ``/proc/cpuinfo``.
 ``KORNIA_HALFPATCH_FP16_CONV_HANG=on|off|auto`` forces the choice (default ``auto``), so the
