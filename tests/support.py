@@ -160,3 +160,60 @@ MISSING_KERNEL_ERROR = NotImplementedError if TORCH >= (2, 8) else RuntimeError
 def expect_missing_kernel_error(match=None):
     """``pytest.raises`` for torch's "not implemented for 'Half'" on the installed torch."""
     return pytest.raises(MISSING_KERNEL_ERROR, match=match)
+
+
+def lacks_half_kernel(kernel: str, dtype: torch.dtype) -> bool:
+    """Whether the installed torch has no CPU kernel named ``kernel`` (a key of
+    ``kornia_halfpatch._kernels.KERNELS``) for the half ``dtype``: torch 2.1 lacks many that torch
+    2.13 has. The probe's verdict is checked against torch's own call in tests/test_kernel_probe.py.
+    An unpatched release that reaches such a kernel raises instead of computing wrong numbers."""
+    from kornia_halfpatch._kernels import missing
+
+    return str(dtype).replace("torch.", "") in missing(kernel)
+
+
+def cpu_autocast_accepts(dtype: torch.dtype) -> bool:
+    """Whether ``torch.autocast("cpu", dtype=dtype)`` can be entered: torch 2.1's CPU autocast
+    takes bfloat16 only (float16 raises on entering), so no caller can be in that state there."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast("cpu", dtype=dtype):
+                return True
+    except RuntimeError:
+        return False
+
+
+def skip_unreachable_state(state: str) -> None:
+    """Skip a test of a caller's state that the installed torch cannot enter."""
+    if state == "autocast_cpu_float16" and not cpu_autocast_accepts(torch.float16):
+        pytest.skip(f"torch {torch.__version__}'s CPU autocast refuses float16: no caller can be in this state")
+
+
+def widening_half_products(dtype: torch.dtype):
+    """Where torch has no half CPU matrix product (torch 2.1, float16: bmm/mm), a context in which
+    kornia's products (``@`` in rotate's matrix, ``transform_points``) that raise for it run on
+    float32 operands and are narrowed once, so a test of another op (grid_sample) gets past them;
+    every other op, and every other error, stays torch's own. Elsewhere: a no-op."""
+    import contextlib
+
+    if not (lacks_half_kernel("bmm", dtype) or lacks_half_kernel("mm", dtype)):
+        return contextlib.nullcontext()
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    class WidenHalfProducts(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            try:
+                return func(*args, **kwargs)
+            except (RuntimeError, NotImplementedError) as error:
+                if not any(f'"{name}" not implemented' in str(error) for name in ("bmm", "addmm_impl_cpu_", "baddbmm_with_gemm")):
+                    raise
+                wide = tree_map(lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype == dtype else x, (args, kwargs))
+                out = func(*wide[0], **wide[1])
+                return tree_map(lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x, out)
+
+    return WidenHalfProducts()

@@ -25,7 +25,10 @@ import kornia
 import kornia_halfpatch
 from kornia_halfpatch import _bindings, _environment, testing
 from kornia_halfpatch.fixes import warp_sampling as fix
-from support import HALF_DTYPES, KORNIA, MISSING_KERNEL_ERROR, TORCH, bitwise_equal, expect_missing_kernel_error, needs_old_kornia
+from support import (
+    HALF_DTYPES, KORNIA, MISSING_KERNEL_ERROR, TORCH, bitwise_equal, expect_missing_kernel_error, needs_old_kornia,
+    widening_half_products,
+)
 
 NAME = "warp_sampling"
 TORCH_GRID_SAMPLE = kornia_halfpatch.get_original(F.grid_sample)
@@ -451,7 +454,9 @@ def test_half_rotate_is_in_range_and_equals_the_oracle(size, dtype):
     for padding in ("zeros", "border"):
 
         def run():
-            return T.rotate(image, angle, padding_mode=padding)
+            # torch 2.1: rotate's float16 matrix product has no kernel; computed widened in both runs
+            with widening_half_products(dtype):
+                return T.rotate(image, angle, padding_mode=padding)
 
         out = run()
         assert_in_range(out, image, padding, "bilinear", f"{size} {padding}")
@@ -470,12 +475,13 @@ def test_unpatched_release_is_broken_where_the_patch_is_not(dtype):
     angle = torch.tensor([33.0], dtype=dtype)
     with kornia_halfpatch.unpatched([NAME]):
         if TORCH < fix.FIRST_HALF_CPU_KERNEL:  # no half CPU kernel at all: the release cannot rotate
-            with expect_missing_kernel_error(match="grid_sampler_2d"):
-                T.rotate(image, angle)
+            with expect_missing_kernel_error(match="grid_sampler_2d"), widening_half_products(dtype):
+                T.rotate(image, angle)  # (torch 2.1: past rotate's float16 matrix product, widened)
         else:
             broken = T.rotate(image, angle)
             assert float(broken.max()) > 1.0  # the sentinel leaked into the result
-    fixed = T.rotate(image, angle)
+    with widening_half_products(dtype):
+        fixed = T.rotate(image, angle)
     assert float(fixed.max()) <= 1.0 and float(fixed.min()) >= 0.0
 
 
@@ -554,7 +560,7 @@ def test_probe_tells_the_three_kernels_apart():
 
 def half_dtype_reaching_torch():
     image = seeded(1, 1, 16, 16, seed=2).half()  # small: torch's own half kernel is safe here
-    with TorchGridSampleCalls() as calls:
+    with TorchGridSampleCalls() as calls, widening_half_products(torch.float16):  # torch 2.1: rotate's product
         refused_by_torch(lambda: T.rotate(image, torch.tensor([10.0], dtype=torch.float16)), calls)
     return calls.dtypes
 

@@ -47,6 +47,12 @@ def resized_image(dtype):
     return (torch.rand(1, 2, 6, 5, generator=generator).to(dtype), None, 1.5, "bilinear", False)
 
 
+def softmax_input(dtype):
+    # torch_ops' softmax row (torch 2.1: no float16 CPU softmax kernel) has no example of its own
+    generator = torch.Generator().manual_seed(13)
+    return (torch.randn(2, 3, 5, generator=generator).mul(4).to(dtype), -1)
+
+
 def validated_input(dtype):
     return (torch.zeros(2, 3, dtype=dtype), [torch.float16, torch.float32, torch.float64])
 
@@ -55,6 +61,7 @@ KIND_EXAMPLES = {
     "kornia.color.hsv:rgb_to_hsv": rgb_image,
     "torch.nn.functional:interpolate": resized_image,
     "kornia.augmentation.utils.helpers:_validate_input_dtype": validated_input,
+    "torch.nn.functional:softmax": softmax_input,
 }
 
 KINDS_FIX = _model.Fix(
@@ -116,7 +123,8 @@ def example_factory(target):
 def half_rule(target):
     """(the half dtypes the target promotes, its output rules)."""
     if target.row is not None:
-        return target.row.half, target.row.outputs
+        # a kernel-gated row promotes only the half dtypes this torch has no kernel for
+        return target.row.promoted_dtypes(), target.row.outputs
     return tuple(HALF_DTYPE_NAMES), None
 
 

@@ -21,6 +21,13 @@ through a kornia-scoped ``torch.nn.functional.conv2d`` replacement (the engine's
 shared with warp_sampling's): a float16 CPU convolution with one input channel per group, two or
 more outputs and a side >= 15 runs in float32, narrowed once; every other call is torch's own.
 
+torch 2.1 has no float16 CPU convolution kernel at all ("slow_conv2d_cpu" not implemented for
+'Half'). The conv2d target is the one owner of kornia's ``F.conv2d`` calls, so it also takes that
+case: where the kernel probe (``kornia_halfpatch._kernels``, "conv2d") finds a half dtype without
+the kernel, every CPU convolution of kornia's in that dtype runs in float32, narrowed once, and
+the fix applies for that alone (whatever the hang's verdict; the filter2d and pyramid rows are the
+hang's and stay gated on it). Where torch has the kernels (2.4 on) nothing of this is installed.
+
 Chosen by CPU capability: ``torch.cpu.get_capabilities()["avx512_fp16"]``, or on a torch without
 it (2.4 and 2.6 hang all the same, measured) the flag in Linux's ``/proc/cpuinfo``.
 ``KORNIA_HALFPATCH_FILTERS_CONV_HANG=on|off|auto`` forces the choice (default ``auto``), so the
@@ -31,6 +38,7 @@ the CPU reports (for tests).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import torch
@@ -112,29 +120,46 @@ def hang_prone_conv(input: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
+CONV2D_SOURCE = """
+def conv2d(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    stride: BroadcastingList2[int] = 1,
+    padding: BroadcastingList2[int] = 0,
+    dilation: BroadcastingList2[int] = 1,
+    groups: int = 1,
+) -> torch.Tensor:
+    if ({hang}) or (input.device.type == 'cpu' and weight.dtype == input.dtype and ({no_kernel})):
+        _d = input.dtype
+        wide_bias: Optional[torch.Tensor] = None
+        if bias is not None:
+            wide_bias = bias.float()
+        return _halfpatch_original(input.float(), weight.float(), wide_bias, stride, padding, dilation, groups).to(_d)
+    return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups)
+"""
+
+
 def build_conv2d(original: Any) -> Any:
-    """``F.conv2d`` as kornia's code calls it: a hang-prone float16 convolution runs in float32
-    (inputs widened exactly) and its output is narrowed once; every other call is torch's own.
-    A plain annotated function (``BroadcastingList2`` as torch's own functional signatures use),
-    so TorchScript compiles the kornia functions that call it and dynamo inlines it."""
+    """``F.conv2d`` as kornia's code calls it: a hang-prone float16 convolution (where the hang
+    workaround is on), and any half CPU convolution of a dtype this torch has no conv2d kernel for
+    (torch 2.1: float16), runs in float32 (inputs widened exactly) and its output is narrowed once;
+    every other call is torch's own. Generated with the two conditions written out (TorchScript
+    compiles the kornia functions that call it, and dynamo inlines it; ``BroadcastingList2`` as
+    torch's own functional signatures use)."""
+    from .._codegen import define, dtype_condition
+    from .._kernels import lacking
 
-    def conv2d(
-        input: torch.Tensor,
-        weight: torch.Tensor,
-        bias: Optional[torch.Tensor] = None,
-        stride: BroadcastingList2[int] = 1,
-        padding: BroadcastingList2[int] = 0,
-        dilation: BroadcastingList2[int] = 1,
-        groups: int = 1,
-    ) -> torch.Tensor:
-        if hang_prone_conv(input, weight):
-            wide_bias: Optional[torch.Tensor] = None
-            if bias is not None:
-                wide_bias = bias.float()
-            return original(input.float(), weight.float(), wide_bias, stride, padding, dilation, groups).to(torch.float16)
-        return original(input, weight, bias, stride, padding, dilation, groups)
-
+    no_kernel = lacking(("conv2d",))
+    source = CONV2D_SOURCE.format(
+        hang="hang_prone_conv(input, weight)" if _hang_finding().needed else "False",
+        no_kernel=dtype_condition("input", no_kernel) if no_kernel else "False",
+    )
+    namespace = {"torch": torch, "Optional": Optional, "BroadcastingList2": BroadcastingList2,
+                 "hang_prone_conv": hang_prone_conv, "_halfpatch_original": original}
+    conv2d = define(source, "conv2d", namespace, "filters_conv_hang torch.nn.functional:conv2d")
     conv2d.__doc__ = original.__doc__
+    conv2d.__module__ = __name__  # the engine gives it the original's identity when installing
     return conv2d
 
 
@@ -151,8 +176,8 @@ CONV2D_TARGET = Target(
 )
 
 
-def probe(originals: Sequence[Any]) -> Finding:
-    """No convolution is run: a probe that hits the bug never returns."""
+def _hang_finding() -> Finding:
+    """Whether the hang workaround is on: forced by the variable, else the CPU's avx512_fp16."""
     chosen = mode()
     raw = os.environ.get(ENV_FILTERS_CONV_HANG)
     if chosen == "off":
@@ -165,9 +190,30 @@ def probe(originals: Sequence[Any]) -> Finding:
     return not_needed(f"this CPU does not report avx512_fp16{note}")
 
 
+def hang_gate() -> Finding:
+    """The gate of the filter2d and pyramid rows: they exist for the hang only (where the fix is
+    applied for a missing conv2d kernel alone, the conv2d target widens every such call)."""
+    return _hang_finding()
+
+
+def probe(originals: Sequence[Any]) -> Finding:
+    """No convolution is run: a probe that hits the bug never returns. The hang decides; where
+    there is none, a torch without a half CPU conv2d kernel (torch 2.1: float16, found by the
+    kernel probe's tiny depthwise convolution) still needs kornia's convolutions widened."""
+    hang = _hang_finding()
+    if hang.needed:
+        return hang
+    from .._kernels import describe
+
+    needed, reason = describe(("conv2d",))
+    if needed:
+        return bug_present(f"{reason}: kornia's convolutions in that dtype run in float32, narrowed once ({hang.reason})")
+    return hang
+
+
 FIX = Fix(
     name="filters_conv_hang",
-    targets=(FILTER_ROW, PYRAMID_ROW, CONV2D_TARGET),
+    targets=(replace(FILTER_ROW.target(), gate=hang_gate), replace(PYRAMID_ROW.target(), gate=hang_gate), CONV2D_TARGET),
     probe=probe,
     demonstration="kornia_halfpatch.demos.filters_conv_hang:demonstrate",
 )
