@@ -376,6 +376,23 @@ def test_torch_jit_script_still_works(float32_mode):
     assert got is native is None or same(got, native)
 
 
+def test_torch_jit_trace_still_works(float32_mode):
+    # The float32 path cannot run under torch.jit.trace (torch.func.functional_call refuses it):
+    # the trace is the release's float16 forward, and tracing never raises where it did not.
+    module = seeded(KF.HardNet(pretrained=False)).eval().half()
+    x = patches().half()
+    with torch.no_grad():
+        with kornia_halfpatch.unpatched([FIX]):
+            native = native_or_none(lambda: module(x))
+        if native is None:  # torch 2.1: no float16 CPU convolution, traced or not
+            with pytest.raises((RuntimeError, NotImplementedError), match="not implemented for 'Half'"):
+                torch.jit.trace(module, x, check_trace=False)
+            return
+        traced = torch.jit.trace(module, x, check_trace=False)
+        assert same(traced(x), native)
+        assert same(module(x), reference(module, x))  # eager keeps the float32 path
+
+
 @pytest.mark.slow
 def test_torch_compile_fullgraph_in_float32_mode(float32_mode):
     module = seeded(KF.TFeat(pretrained=False)).eval().half()

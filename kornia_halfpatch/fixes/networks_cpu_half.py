@@ -342,6 +342,11 @@ def float32_wanted(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[
         return False
     if _first_half_cpu_tensor(args) is None and _first_half_cpu_tensor(kwargs) is None:
         return False
+    if torch.jit.is_tracing():
+        # torch.func.functional_call refuses to run under torch.jit.trace ("The stateless API
+        # can't be used with Jitted modules"): the trace records the release's float16 forward,
+        # as torch.jit.script compiles it, so that what traced unpatched still traces.
+        return False
     if not FUNCTIONAL_CALL_TRACEABLE and is_compiling():
         # The float32 path runs through torch.func.functional_call, which dynamo before torch
         # 2.6 cannot trace: the compiled graph takes the release's float16 path (native float16
