@@ -428,9 +428,9 @@ def _install_evaluated(evaluated: _Evaluated, notes: List[str], index: BindingIn
 def _one_pass() -> Iterator[None]:
     """Install or revert every fix as one pass that other threads do not interleave with.
 
-    Between two fixes' installs a thread calling kornia ran a mixture (measured: 126-472 mixed
+    Between two fixes' installs a thread calling kornia runs a mixture (measured: 126-472 mixed
     answers of 8 threads x homography_warp in bfloat16 while another thread applied/reverted,
-    when installs were spread between probes). Probes now run before any patching, and the
+    with installs spread between probes). So probes run before any patching, and the
     patching itself (attribute assignments and module scans, no I/O, no torch op) runs with the
     interpreter's thread switch interval raised, so the GIL is not handed to another thread
     mid-pass. Restored afterwards; a build without a GIL gets the tight pass alone.

@@ -188,7 +188,7 @@ def _torch_has_half_cpu_convolution() -> bool:
     # torch 2.1 raises '"slow_conv2d_cpu" not implemented for 'Half'' whatever the CPU: native
     # float16 is then no choice, the float32 path is the one that runs. Asked once per process:
     # status() reads it in every report, and the call costs milliseconds (oneDNN sets up a
-    # primitive for it), which every testing.isolated() block paid twice.
+    # primitive for it), which every testing.isolated() block would pay twice.
     if not _half_cpu_convolution:
         one = torch.ones(1, 1, 1, 1, dtype=torch.float16)
         try:
