@@ -46,6 +46,12 @@ def test_no_module_but_the_manifest_names_a_variable_of_the_shim():
 
 
 @pytest.mark.release_independent
+def test_the_usage_doc_lists_every_variable():
+    usage = (ROOT / "docs" / "usage.md").read_text()
+    assert [o.variable for o in _options.OPTIONS if o.variable and f"| `{o.variable}=" not in usage] == []
+
+
+@pytest.mark.release_independent
 def test_the_start_up_hook_reads_the_manifests_variables():
     # The hook cannot import the package (it runs in every Python process): it spells them out.
     source = (ROOT / "_kornia_halfpatch_autostart.py").read_text()
