@@ -170,25 +170,35 @@ def _torch_grid_sample() -> Callable[..., torch.Tensor]:
 # Configuration (kornia_halfpatch._options: apply() options beat the environment variable beat "auto")
 
 _config_lock = threading.Lock()
-_requested = (AUTO, "default")  # (choice, where it came from), resolved by configure() in apply()
-_everywhere = False
+_given: Dict[str, Any] = {}  # the apply() options configure() was last given
 _active: Optional[Workaround] = None  # what the installed replacement does
+WORKAROUND = options_manifest.GRID_SAMPLE_WORKAROUND
+EVERYWHERE = options_manifest.GRID_SAMPLE_EVERYWHERE
 
 
 def configure(given: Dict[str, Any]) -> None:
-    """Run by apply() before the probe: the settings in force now (the manifest raises for a bad
-    value, which apply() has already checked)."""
-    global _requested, _everywhere
-    workaround = options_manifest.resolve(options_manifest.GRID_SAMPLE_WORKAROUND, given)
-    everywhere = options_manifest.resolve(options_manifest.GRID_SAMPLE_EVERYWHERE, given)
+    """Run by apply() before the probe: keep the apply() options given (the manifest raises for a
+    bad value, which apply() has already checked); the environment is read when asked."""
+    global _given
+    for option in (WORKAROUND, EVERYWHERE):
+        options_manifest.resolve(option, given)
     with _config_lock:
-        _requested = (workaround.value, workaround.source)
-        _everywhere = everywhere.value
+        _given = dict(given)
+
+
+def _requested() -> Tuple[str, str]:
+    """(workaround choice, where it came from): apply()'s option, else the variable now, else auto."""
+    setting = options_manifest.resolve(WORKAROUND, _given)
+    return setting.value, setting.source
+
+
+def _everywhere() -> bool:
+    return bool(options_manifest.resolve(EVERYWHERE, _given).value)
 
 
 def choose_workaround() -> Workaround:
     """The workaround the current configuration selects (may run the probe)."""
-    choice, source = _requested
+    choice, source = _requested()
     if choice in (NONE, NO_KERNEL, OVERFLOW):
         return Workaround(choice, f"forced by {source} on torch {torch.__version__}")
     if choice == PROBE:
@@ -213,12 +223,12 @@ def current_workaround() -> Workaround:
 
 
 def _scope() -> str:
-    return SCOPE_EVERYWHERE if _everywhere else SCOPE_KORNIA
+    return SCOPE_EVERYWHERE if _everywhere() else SCOPE_KORNIA
 
 
 def _status_line() -> str:
     if _installed():
-        where = "every caller (grid_sample_everywhere=True)" if _everywhere else "kornia's calls only"
+        where = "every caller (grid_sample_everywhere=True)" if _everywhere() else "kornia's calls only"
         return f"{current_workaround().describe()} [in force for {where}]"
     return f"{current_workaround().describe()} [not applied; apply() would choose this]"
 
