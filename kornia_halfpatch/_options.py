@@ -2,8 +2,8 @@
 values it takes, its default, what it does and the fix it belongs to.
 
 ``apply()`` checks keywords and variables against this table before it patches anything
-(``check``), the fixes read their settings through it (``resolve``, ``read_choice``,
-``read_switch``) and the CLI lists it (``kornia-halfpatch --options``). Values are read from
+(``check``), the fixes read their settings through it (``resolve``, ``read_switch``) and
+the CLI lists it (``kornia-halfpatch --options``). Values are read from
 ``os.environ`` each time they are asked for, never kept: a variable changed between two
 ``apply()`` calls decides the second one.
 
@@ -137,12 +137,6 @@ def read_switch(option: Option) -> Optional[bool]:
     if raw in _FALSE:
         return False
     return None
-
-
-def read_choice(option: Option) -> Tuple[str, str]:
-    """(the variable's value if it is one of the choices, else the default; the raw value)."""
-    raw = option.raw()
-    return (raw if raw in option.choices else option.default), raw
 
 
 @dataclass(frozen=True)
