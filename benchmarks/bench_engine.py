@@ -72,7 +72,7 @@ def measure(label: str, repeat: int) -> None:
     started = time.perf_counter()
     report = kornia_halfpatch.apply()
     first = 1000 * (time.perf_counter() - started)
-    targets = sum(len(fix.rows) for fix in report.fixes.values() if fix.applied)
+    targets = sum(len(fix.target_statuses) for fix in report.fixes.values() if fix.applied)
     failed = [f"{name}: {fix.reason}" for name, fix in report.fixes.items() if fix.verdict.name == "FAILED"]
     if failed:
         raise SystemExit(f"a fix failed: {failed}")

@@ -97,7 +97,7 @@ def worker(threads: int) -> None:
     modules: Dict[Tuple[str, str], Any] = {}
     # Every fix (feature_descriptors makes SOSNet/HyNet run in float16 at all); cpu_half's mode varies.
     report = kornia_halfpatch.apply()
-    auto = report.probes.get(FIX, report.fixes[FIX].reason)
+    auto = report.facts.get(FIX, report.fixes[FIX].reason)
     print(json.dumps({"ready": True, "kornia": kornia.__version__, "torch": torch.__version__,
                       "threads": torch.get_num_threads(), "auto": auto}), flush=True)
     for line in sys.stdin:

@@ -127,7 +127,7 @@ def main() -> int:
         f"kornia {kornia.__version__}, torch {torch.__version__}, {args.threads} thread(s), "
         f"{BATCH}x{CHANNELS}x{SIZE}x{SIZE}, {args.repeat} interleaved rounds of {args.calls} calls"
     )
-    print(f"workaround: {report.probes[NAME]}")
+    print(f"workaround: {report.facts[NAME]}")
     oracle = Oracle(args.oracle_python, args.threads) if args.oracle_python else None
     if oracle:
         print(f"oracle: kornia {oracle.versions['kornia']}, torch {oracle.versions['torch']} ({args.oracle_python})")

@@ -21,7 +21,7 @@ from ._engine import (
     status,
     unpatched,
 )
-from ._model import FixStatus, Report, RowStatus, Verdict
+from ._model import FixStatus, Report, TargetStatus, Verdict
 
 __version__ = "0.1.0"
 
@@ -31,7 +31,7 @@ __all__ = [
     "FixStatus",
     "HalfPatchWarning",
     "Report",
-    "RowStatus",
+    "TargetStatus",
     "Verdict",
     "applied_fixes",
     "apply",

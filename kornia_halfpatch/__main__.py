@@ -1,7 +1,9 @@
 """``kornia-halfpatch`` / ``python -m kornia_halfpatch``: what the shim does on this machine.
 
 Prints the environment and the status of every fix, then runs each applied fix's live
-before/after demonstration. Exits 1 if a fix that should hold does not.
+before/after demonstration. Exits 1 if a fix that should hold does not. ``--options`` lists
+every setting (kornia_halfpatch._options) with its value in this environment; a bad value is
+reported by the apply() the status runs, as in a program.
 """
 
 from __future__ import annotations
@@ -18,14 +20,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         from ._launcher import run
 
         return run(argv[1:])
+    from . import _options
+
     parser = argparse.ArgumentParser(
         prog="kornia-halfpatch",
         description=__doc__.splitlines()[0],
-        epilog="kornia-halfpatch run -- COMMAND [ARGS...]: run COMMAND with the shim applied in every Python process it starts",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="kornia-halfpatch run -- COMMAND [ARGS...]: run COMMAND with the shim applied in every Python process it starts\n\n"
+        "settings (apply() keyword / environment variable):\n"
+        + "\n".join(f"  {_options.describe(option)}" for option in _options.OPTIONS),
     )
     parser.add_argument("--only", action="append", help="demonstrate only this fix (repeatable)")
     parser.add_argument("--no-demo", action="store_true", help="print the status only")
+    parser.add_argument("--options", action="store_true", help="list every setting and its value here, then exit")
     args = parser.parse_args(argv)
+    if args.options:
+        for option in _options.OPTIONS:
+            print(_options.describe(option))
+        return 0
 
     import kornia  # noqa: F401  (the shim patches kornia as it is imported)
     import torch
@@ -63,9 +75,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         elapsed = time.perf_counter() - started
         verdict = "holds" if demo.holds else "DOES NOT HOLD"
         print(f"[{fix.name}] {demo.title}  ({verdict}, {elapsed:.1f} s)")
-        width = max([len(row[0]) for row in demo.rows] + [10])
+        width = max([len(row[0]) for row in demo.cases] + [10])
         print(f"    {'case':<{width}}  {'unpatched':<24}  patched")
-        for what, before, after in demo.rows:
+        for what, before, after in demo.cases:
             print(f"    {what:<{width}}  {before:<24}  {after}")
         if demo.note:
             print(f"    {demo.note}")

@@ -43,7 +43,7 @@ from ._bindings import BindingIndex, is_kornia_module
 from ._identity import give_identity
 from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
-from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, RowStatus, Target, Verdict
+from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, Target, TargetStatus, Verdict
 from ._safety import HalfPatchWarning, describe_exception, logger, outside_compiler, warn
 from ._selection import check_options, select
 
@@ -304,7 +304,7 @@ def _gate(
         return None, finding
     known = kornia_version in environment.KNOWN_KORNIA_RELEASES
     return resolved, Finding(
-        Verdict.APPLIED, "bug present" if known else f"bug confirmed by probe on unknown kornia {kornia_version}"
+        Verdict.NEEDED, "bug present" if known else f"bug confirmed by probe on unknown kornia {kornia_version}"
     )
 
 
@@ -322,27 +322,27 @@ def _gate_rows(fix: Fix, resolved: Optional[List[Optional[Resolved]]]) -> Dict[i
     return findings
 
 
-def _row_statuses(
+def _target_statuses(
     fix: Fix, resolved: Optional[List[Optional[Resolved]]], finding: Finding, gated: Optional[Dict[int, Finding]] = None
-) -> List[RowStatus]:
-    """One verdict per target: applied with its numerical reason, absent, not needed by its own
-    gate, or the fix's verdict."""
-    rows = []
+) -> List[TargetStatus]:
+    """One verdict per target: needed with its numerical reason (applied once installed),
+    absent, not needed by its own gate, or the fix's verdict."""
+    statuses = []
     gated = gated or {}
     for index, target in enumerate(fix.targets):
         found = resolved[index] if resolved is not None else None
         row_finding = gated.get(index)
         if resolved is None:
-            rows.append(RowStatus(target.candidates[0], finding.verdict, finding.reason))
+            statuses.append(TargetStatus(target.candidates[0], finding.verdict, finding.reason))
         elif row_finding is not None and not row_finding.needed:
-            rows.append(RowStatus(target.candidates[0], row_finding.verdict, f"{target.reason}; {row_finding.reason}"))
+            statuses.append(TargetStatus(target.candidates[0], row_finding.verdict, f"{target.reason}; {row_finding.reason}"))
         elif found is None:
-            rows.append(RowStatus(target.candidates[0], Verdict.ABSENT, "absent in this release (optional)"))
+            statuses.append(TargetStatus(target.candidates[0], Verdict.ABSENT, "absent in this release (optional)"))
         elif row_finding is not None:
-            rows.append(RowStatus(found[3], Verdict.APPLIED, f"{target.reason}; {row_finding.reason}"))
+            statuses.append(TargetStatus(found[3], Verdict.NEEDED, f"{target.reason}; {row_finding.reason}"))
         else:
-            rows.append(RowStatus(found[3], Verdict.APPLIED, target.reason or finding.reason))
-    return rows
+            statuses.append(TargetStatus(found[3], Verdict.NEEDED, target.reason or finding.reason))
+    return statuses
 
 
 
@@ -363,7 +363,7 @@ def _failed(fix: Fix, exc: BaseException, notes: List[str], what: str) -> FixSta
     logger.warning("%s skipped: its %s failed: %s", fix.name, what, why, exc_info=True)
     notes.append(f"kornia_halfpatch: {fix.name} skipped: its {what} failed ({why})")
     failed = FixStatus(fix.name, Verdict.FAILED, f"failed: {why}")
-    failed.rows = [RowStatus(t.candidates[0], Verdict.FAILED, failed.reason) for t in fix.targets]
+    failed.target_statuses = [TargetStatus(t.candidates[0], Verdict.FAILED, failed.reason) for t in fix.targets]
     return failed
 
 
@@ -381,7 +381,7 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
             resolved, finding = _gate(fix, kornia_version, given)
             gated = _gate_rows(fix, resolved)
             status = _status(fix.name, finding)
-            status.rows = _row_statuses(fix, resolved, finding, gated)
+            status.target_statuses = _target_statuses(fix, resolved, finding, gated)
             replacements = []
             if resolved is not None:
                 # Builders may probe too (the grid_sample kernel, the pyramid's level rule).
@@ -398,6 +398,14 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
     return _Evaluated(fix, given, status, resolved, replacements)
 
 
+def _mark_applied(status: FixStatus) -> None:
+    """The fix and its needed targets are installed: what the probe found needed is now applied."""
+    status.verdict = Verdict.APPLIED
+    for target in status.target_statuses:
+        if target.verdict is Verdict.NEEDED:
+            target.verdict = Verdict.APPLIED
+
+
 def _install_evaluated(evaluated: _Evaluated, notes: List[str], index: BindingIndex) -> FixStatus:
     """Install one evaluated fix; a failing install is rolled back and reported, never raised."""
     fix, status = evaluated.fix, evaluated.status
@@ -406,6 +414,7 @@ def _install_evaluated(evaluated: _Evaluated, notes: List[str], index: BindingIn
         state.set_options(fix.name, evaluated.given)
     except Exception as exc:  # noqa: BLE001 - rolled back by _install; the other fixes stay
         return _failed(fix, exc, notes, "probe or install")
+    _mark_applied(status)
     logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
     for ref in stale:
         notes.append(
@@ -419,9 +428,9 @@ def _install_evaluated(evaluated: _Evaluated, notes: List[str], index: BindingIn
 def _one_pass() -> Iterator[None]:
     """Install or revert every fix as one pass that other threads do not interleave with.
 
-    Between two fixes' installs a thread calling kornia ran a mixture (measured: 126-472 mixed
+    Between two fixes' installs a thread calling kornia runs a mixture (measured: 126-472 mixed
     answers of 8 threads x homography_warp in bfloat16 while another thread applied/reverted,
-    when installs were spread between probes). Probes now run before any patching, and the
+    with installs spread between probes). So probes run before any patching, and the
     patching itself (attribute assignments and module scans, no I/O, no torch op) runs with the
     interpreter's thread switch interval raised, so the GIL is not handed to another thread
     mid-pass. Restored afterwards; a build without a GIL gets the tight pass alone.
@@ -501,7 +510,7 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
 
 @outside_compiler
 def apply_without_report(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]], options: Dict[str, Any]) -> None:
-    """``apply()`` but for its report (whose fixes' status lines run probes of their own): for
+    """``apply()`` but for its report (whose facts, ``Fix.describe``, may run probes of their own): for
     callers that discard it, as kornia_halfpatch.testing's restore after every block."""
     selection, off = select(only, exclude)
     check_options(options, selection)
@@ -632,11 +641,11 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
 
 
 def _report() -> Report:
-    probes: Dict[str, str] = {}
+    facts: Dict[str, str] = {}
     if environment.kornia_is_imported():
-        from .fixes import collect_probes
+        from .fixes import collect_facts
 
-        probes = collect_probes()  # each line computed in the probes' state, failures reported
+        facts = collect_facts()  # each line computed in the probes' state, failures reported
     statuses = {name: state.status_of(name) or FixStatus(name, Verdict.OFF, "not applied") for name in fix_names()}
     pending = state.pending_selection()
     if pending is not None:
@@ -646,14 +655,15 @@ def _report() -> Report:
         kornia_version=environment.kornia_version(),
         torch_version=environment.torch_version(),
         fixes=statuses,
-        probes=probes,
+        facts=facts,
         deferred=pending is not None,
     )
 
 
 @outside_compiler
 def status() -> Report:
-    """Per fix: applied or not and why; versions; probe results; stale references (rescanned now)."""
+    """Per fix: applied or not and why; versions; what each fix does on this machine; stale
+    references (rescanned now)."""
     with lock:
         index = BindingIndex(entry.original for _, entry in state.every_entry())
         for name in state.installed_names():

@@ -9,7 +9,7 @@ bfloat16) and autocast float16 raised; and the probes' weight initialisation con
 random stream, so a seeded program drew other numbers after ``apply()``.
 
 :func:`probe_state` is the one place that fixes all of that: every probe, every replacement
-builder that probes, and every status line that may probe runs inside it. On exit the caller's
+builder that probes, and every fact line (``Fix.describe``) that may probe runs inside it. On exit the caller's
 state is restored exactly, also when the body raises. Process-global settings (default dtype,
 default device, float32 matmul precision, deterministic algorithms, the CPU random state, warning filters) are only
 touched when they differ from what the probe needs; other threads can observe them changed for

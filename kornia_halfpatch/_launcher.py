@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-ENV_AUTO = "KORNIA_HALFPATCH_AUTO"
+from ._options import AUTO
+
+ENV_AUTO = AUTO.variable  # KORNIA_HALFPATCH_AUTO
 STARTUP_HOOK = "kornia_halfpatch_autostart.pth"
 
 USAGE = "usage: kornia-halfpatch run [--] COMMAND [ARGS...]"

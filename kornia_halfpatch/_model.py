@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _environment as environment
+from . import _options as options_manifest
 
 # Where a replacement goes. "everywhere": on its home module or class, plus every kornia alias
 # (the default). "kornia": kornia's code only, through aliases and module views.
@@ -32,9 +33,13 @@ SCOPE_KORNIA = "kornia"
 
 
 class Verdict(enum.Enum):
-    """What the engine decided for a fix or one of its rows."""
+    """What a probe or gate found, and what the engine decided for a fix or one of its targets.
 
-    APPLIED = "applied"
+    A probe (or a target's gate) answers NEEDED or NOT_NEEDED; the engine records APPLIED only
+    once the replacement is installed."""
+
+    APPLIED = "applied"  # installed
+    NEEDED = "needed"  # the probe (or a target's gate) found the bug: the fix goes in
     NOT_NEEDED = "not needed"  # the behaviour probe found no bug
     UNSUPPORTED = "unsupported"  # the target has another shape, or computes differently
     ABSENT = "absent"  # the target does not exist in this release
@@ -53,11 +58,11 @@ class Finding:
 
     @property
     def needed(self) -> bool:
-        return self.verdict is Verdict.APPLIED
+        return self.verdict is Verdict.NEEDED
 
 
 def bug_present(reason: str = "bug present") -> Finding:
-    return Finding(Verdict.APPLIED, reason)
+    return Finding(Verdict.NEEDED, reason)
 
 
 def not_needed(detail: str) -> Finding:
@@ -90,7 +95,7 @@ class Target:
     reason: str = ""
     row: Optional["Row"] = None  # the table row this target was expanded from
     # Whether this one target is needed on the installed torch, asked once the fix's probe found
-    # the bug (a Finding; APPLIED or NOT_NEEDED): a row standing in for a missing half CPU kernel
+    # the bug (a Finding; NEEDED or NOT_NEEDED): a row standing in for a missing half CPU kernel
     # (kernel_gate) is left out where the kernel exists.
     gate: Optional[Callable[[], "Finding"]] = None
 
@@ -107,7 +112,7 @@ def kernel_gate(kernels: Tuple[str, ...], half: Tuple[str, ...] = ("float16", "b
         from ._kernels import describe
 
         needed, reason = describe(kernels, half)
-        return Finding(Verdict.APPLIED if needed else Verdict.NOT_NEEDED, reason)
+        return Finding(Verdict.NEEDED if needed else Verdict.NOT_NEEDED, reason)
 
     gate.kernels = kernels  # type: ignore[attr-defined]  # what the gate asks about, for reports and tests
     return gate
@@ -244,8 +249,8 @@ class Fix:
     and returns a :class:`Finding`; it is the behaviour probe that keeps the shim from patching
     a release it does not know. ``when_absent()``, if given, explains a release where every
     target is absent (a Finding instead of "target absent"). ``demonstration`` names the CLI's
-    live before/after (``"module:function"``, imported only by the CLI). ``describe()`` adds a
-    status line (``Report.probes``).
+    live before/after (``"module:function"``, imported only by the CLI). ``describe()`` returns
+    what the fix does on this machine, one line (``Report.facts``).
     """
 
     name: str
@@ -253,13 +258,12 @@ class Fix:
     probe: Callable[[Sequence[Any]], Finding] = _no_probe
     demonstration: Optional[str] = None
     upstream: str = environment.UPSTREAM_FIXED_RELEASE
-    # Keyword options of apply() this fix takes; configure(given) runs before each install with
-    # the ones given (an empty dict means defaults) and raises ValueError for bad values.
-    options: Tuple[str, ...] = ()
+    # Keyword options of apply() this fix takes: by default those the options manifest
+    # (kornia_halfpatch._options) gives to this fix, which also checks their values in apply().
+    # configure(given) runs before each install with the ones given (an empty dict means
+    # defaults); a fix reads its settings through the manifest (_options.resolve(option, given)).
+    options: Optional[Tuple[str, ...]] = None
     configure: Optional[Callable[[Dict[str, Any]], None]] = None
-    # Checks the caller's values (apply() options, environment) in apply(), before anything is
-    # done: a bad value raises there. configure() failing later skips the fix as FAILED.
-    validate_options: Optional[Callable[[Dict[str, Any]], None]] = None
     when_absent: Optional[Callable[[], Finding]] = None
     describe: Optional[Callable[[], str]] = None
     # False for a probe whose answer depends on more than the originals, the fix's apply()
@@ -268,6 +272,8 @@ class Fix:
     probe_cache: bool = True
 
     def __post_init__(self) -> None:
+        if self.options is None:
+            object.__setattr__(self, "options", options_manifest.keywords_of(self.name))
         expanded = tuple(t.target() if isinstance(t, ROW_KINDS) else t for t in self.targets)
         object.__setattr__(self, "targets", expanded)
 
@@ -293,7 +299,7 @@ def load(reference: str) -> Any:
 @dataclass
 class Demonstration:
     title: str
-    rows: List[Tuple[str, str, str]] = field(default_factory=list)  # (what, unpatched, patched)
+    cases: List[Tuple[str, str, str]] = field(default_factory=list)  # (what, unpatched, patched)
     holds: bool = True
     note: str = ""
 
@@ -303,7 +309,7 @@ class Demonstration:
 
 
 @dataclass
-class RowStatus:
+class TargetStatus:
     target: str  # the resolved "module:path", or the first candidate when absent
     verdict: Verdict
     reason: str
@@ -317,7 +323,7 @@ class FixStatus:
     targets: List[str] = field(default_factory=list)
     rebound: List[str] = field(default_factory=list)
     stale: List[str] = field(default_factory=list)
-    rows: List[RowStatus] = field(default_factory=list)
+    target_statuses: List[TargetStatus] = field(default_factory=list)  # one per target of the fix
 
     @property
     def applied(self) -> bool:
@@ -329,7 +335,7 @@ class Report:
     kornia_version: Optional[str]
     torch_version: Optional[str]
     fixes: Dict[str, FixStatus]
-    probes: Dict[str, str] = field(default_factory=dict)
+    facts: Dict[str, str] = field(default_factory=dict)  # fix -> what it does on this machine (Fix.describe)
     deferred: bool = False
 
     def __post_init__(self) -> None:
@@ -351,11 +357,11 @@ class Report:
     def stale_references(self) -> List[str]:
         return sorted({ref for fix in self.fixes.values() for ref in fix.stale})
 
-    def row_counts(self) -> Dict[Verdict, int]:
+    def target_counts(self) -> Dict[Verdict, int]:
         counts: Dict[Verdict, int] = {}
         for fix in self.fixes.values():
-            for row in fix.rows:
-                counts[row.verdict] = counts.get(row.verdict, 0) + 1
+            for target in fix.target_statuses:
+                counts[target.verdict] = counts.get(target.verdict, 0) + 1
         return counts
 
     def __str__(self) -> str:
@@ -366,10 +372,10 @@ class Report:
             mark = "applied" if fix.applied else "skipped"
             lines.append(f"  {fix.name:<22} {mark:<8} {fix.reason}")
             if fix.applied:
-                for row in fix.rows:
-                    lines.append(f"      {row.verdict.value:<11} {row.target}: {row.reason}")
-        for key, value in self.probes.items():
-            lines.append(f"  probe {key}: {value}")
+                for target in fix.target_statuses:
+                    lines.append(f"      {target.verdict.value:<11} {target.target}: {target.reason}")
+        for key, value in self.facts.items():
+            lines.append(f"  {key} on this machine: {value}")
         for ref in self.stale_references:
             lines.append(f"  stale reference: {ref}")
         return "\n".join(lines)

@@ -59,8 +59,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     if report.deferred:
         return f"kornia_halfpatch: {versions}; fixes go in when kornia is imported"
     applied = ", ".join(report.applied) or "none"
-    rows = ", ".join(f"{count} {verdict.value}" for verdict, count in report.row_counts().items())
-    return f"kornia_halfpatch: {versions}; applied: {applied}" + (f"; rows: {rows}" if rows else "")
+    targets = ", ".join(f"{count} {verdict.value}" for verdict, count in report.target_counts().items())
+    return f"kornia_halfpatch: {versions}; applied: {applied}" + (f"; targets: {targets}" if targets else "")
 
 
 @pytest.fixture

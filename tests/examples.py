@@ -6,7 +6,7 @@ them in each dtype; a target without an example is in ``EXEMPT`` with the reason
 is tested. Deterministic: each input builds from its own seeded generator.
 
 The inputs the package runs on itself (a probe's, the CLI demonstrations') stay in
-kornia_halfpatch/probe_inputs.py and are imported from there.
+kornia_halfpatch/sample_inputs.py and are imported from there.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
-from kornia_halfpatch.probe_inputs import (  # noqa: F401 - shared with the demonstrations
+from kornia_halfpatch.sample_inputs import (  # noqa: F401 - shared with the demonstrations
     _essential,
     _in,
     _rand,

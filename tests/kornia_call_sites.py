@@ -11,19 +11,23 @@ scanner for the tests' three questions:
   functions (tests/test_fix_warp_geometry.py);
 - :func:`calls_of`: calls of one object, torch's ``conv2d`` (tests/test_fix_filters_conv_hang.py).
 
-Nothing here patches. tools/half_call_sites.py answers the first question from source trees of
-other releases without importing them (static alias tracking), for docs/surface/.
+:func:`scan` answers the first question for a source tree of any release without importing it
+(static alias tracking, a broader list of ops, and how each site treats dtypes), for
+tools/half_call_sites.py (its command line) and docs/surface/. Nothing here patches.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import sys
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
 import torch
@@ -236,3 +240,286 @@ def callers_of_warps() -> Dict[str, List[Site]]:
         if site.function:
             found.setdefault(site.where, []).append(site)
     return found
+
+
+# --------------------------------------------------------------------------------------------
+# A source tree, read without importing it: calls of torch ops without a half CPU kernel, through
+# the names each module's imports give them, with how each site treats dtypes.
+
+# canonical op -> probe key in tools/half_kernel_probe.py (all raise for float16 and bfloat16 on CPU)
+LINALG = ["solve", "solve_ex", "inv", "inv_ex", "svd", "svdvals", "eigh", "eigvalsh", "eig", "eigvals", "qr", "det",
+          "slogdet", "lstsq", "cholesky", "cholesky_ex", "pinv", "lu_factor", "lu_factor_ex", "lu", "lu_solve",
+          "solve_triangular", "matrix_rank", "cond", "householder_product", "tensorinv", "tensorsolve"]
+TORCH = ["inverse", "det", "logdet", "slogdet", "svd", "pinverse", "cholesky", "cholesky_solve", "cholesky_inverse",
+         "triangular_solve", "lu", "lu_solve", "lu_unpack_", "geqrf", "ormqr", "cdist", "quantile", "nanquantile",
+         "histogram", "histogramdd", "stft", "istft", "_standard_gamma", "lstsq", "matrix_rank", "symeig", "qr", "eig"]
+FUNCTIONAL = ["avg_pool3d", "local_response_norm", "pdist", "adaptive_avg_pool3d_"]  # trailing _: probed ok, kept out
+MODULES = ["LocalResponseNorm", "AvgPool3d"]
+SPECIAL = ["ndtri", "erfcx", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0",
+           "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1"]
+DISTRIBUTIONS = ["Beta", "Gamma", "Dirichlet", "Chi2", "StudentT"]  # sampling goes through _standard_gamma/dirichlet
+METHODS = ["inverse", "det", "logdet", "slogdet", "svd", "pinverse", "cholesky", "cholesky_solve", "cholesky_inverse",
+           "triangular_solve", "lu", "lu_solve", "geqrf", "quantile", "nanquantile", "histogram"]
+# conditional: only some arguments lack a kernel; reported with the condition
+CONDITIONAL = {
+    "torch.linalg.norm": "ord in (2, -2, 'nuc') on a matrix",
+    "torch.linalg.matrix_norm": "ord in (2, -2, 'nuc')",
+    "torch.norm": "p in (2, -2, 'nuc') with a 2-element dim",
+    "torch.linalg.matrix_power": "negative exponent",
+    "torch.nn.functional.interpolate": "antialias=True",
+    "torch.cdist": "p != 2, or both sets of 25 points or fewer (compute_mode default)",
+}
+
+TARGETS = set()
+TARGETS.update(f"torch.linalg.{n}" for n in LINALG)
+TARGETS.update(f"torch.{n}" for n in TORCH if not n.endswith("_"))
+TARGETS.update(f"torch.nn.functional.{n}" for n in FUNCTIONAL if not n.endswith("_"))
+TARGETS.update(f"torch.nn.{n}" for n in MODULES)
+TARGETS.update(f"torch.special.{n}" for n in SPECIAL)
+TARGETS.update(f"torch.distributions.{n}" for n in DISTRIBUTIONS)
+TARGETS.update(f"torch.distributions.{n.lower()}.{n}" for n in DISTRIBUTIONS)
+TARGETS.update({"torch.complex", "torch.polar"})  # no complex bfloat16 dtype; ComplexHalf lacks reciprocal/polar kernels
+FFT_PREFIX = "torch.fft."
+FFT_OK = {"torch.fft.fftshift", "torch.fft.ifftshift", "torch.fft.fftfreq", "torch.fft.rfftfreq"}
+TORCH_MODULES = {"torch", "torch.linalg", "torch.fft", "torch.nn", "torch.nn.functional", "torch.special",
+                 "torch.distributions"}
+
+
+def is_target(name: str) -> bool:
+    if name in TARGETS:
+        return True
+    if name.startswith(FFT_PREFIX) and name not in FFT_OK:
+        return True
+    return name in ("torch.linalg.norm", "torch.linalg.matrix_norm", "torch.norm", "torch.linalg.matrix_power",
+                    "torch.nn.functional.interpolate")
+
+
+def canonical(name: str) -> str:
+    for a, b in (("torch.nn.functional.", "F."), ("torch.distributions.beta.", "torch.distributions."),
+                 ("torch.distributions.gamma.", "torch.distributions."), ("torch.distributions.dirichlet.", "torch.distributions.")):
+        if name.startswith(a):
+            name = b + name[len(a):]
+    return name
+
+
+def kornia_reexports(root: Path) -> dict:
+    """kornia.core re-exports torch functions (``complex = torch.complex`` in core/_backend.py)."""
+    backend = root / "core" / "_backend.py"
+    names = {}
+    if backend.exists():
+        for node in ast.parse(backend.read_text()).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and ast.unparse(node.value).startswith("torch.")):
+                names[node.targets[0].id] = ast.unparse(node.value)
+    return names
+
+
+class Aliases:
+    """Local name -> dotted torch path, from a module's imports (module level and inside functions)."""
+
+    def __init__(self, tree: ast.AST, reexports: dict | None = None):
+        self.names = {}
+        reexports = reexports or {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "torch" or alias.name.startswith("torch."):
+                        if alias.asname:
+                            self.names[alias.asname] = alias.name
+                        else:
+                            self.names[alias.name.split(".")[0]] = alias.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom) and node.module and (node.module == "torch" or node.module.startswith("torch.")):
+                for alias in node.names:
+                    self.names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.ImportFrom) and node.module in ("kornia.core", "kornia.core._backend"):
+                for alias in node.names:
+                    if alias.name in reexports:
+                        self.names[alias.asname or alias.name] = reexports[alias.name]
+
+    def resolve(self, node: ast.AST):
+        chain = chain_of(node)
+        if chain is None or chain[0] not in self.names:
+            return None
+        return ".".join([self.names[chain[0]], *chain[1:]])
+
+
+def _const(node):
+    return node.value if isinstance(node, ast.Constant) else (
+        -node.operand.value if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) else None)
+
+
+def _condition_holds(op: str, call: ast.Call) -> str | None:
+    """For conditional ops: None if the call cannot hit the missing kernel, else a note."""
+    keywords = {k.arg: k.value for k in call.keywords}
+    if op == "torch.nn.functional.interpolate":
+        value = keywords.get("antialias")
+        if value is None or _const(value) is False:
+            return None
+        return "antialias=" + ast.unparse(value)
+    if op in ("torch.linalg.norm", "torch.linalg.matrix_norm"):
+        value = keywords.get("ord", call.args[1] if len(call.args) > 1 else None)
+        if value is None:
+            return None
+        if _const(value) in (2, -2, "nuc") or not isinstance(value, ast.Constant):
+            return "ord=" + ast.unparse(value)
+        return None
+    if op == "torch.norm":
+        value = keywords.get("p", call.args[1] if len(call.args) > 1 else None)
+        dim = keywords.get("dim", call.args[2] if len(call.args) > 2 else None)
+        if value is not None and _const(value) in (2, -2, "nuc") and isinstance(dim, (ast.Tuple, ast.List)) and len(dim.elts) == 2:
+            return f"p={ast.unparse(value)}, dim={ast.unparse(dim)}"
+        if value is not None and _const(value) == "nuc":
+            return "p='nuc'"
+        return None
+    if op == "torch.linalg.matrix_power":
+        value = keywords.get("n", call.args[1] if len(call.args) > 1 else None)
+        if value is not None and isinstance(_const(value), int) and _const(value) >= 0:
+            return None
+        return "n=" + (ast.unparse(value) if value is not None else "?")
+    if op in ("torch.complex", "torch.polar"):
+        return "bfloat16: no complex bfloat16 dtype; float16 gives ComplexHalf (no reciprocal/division kernel on CPU)"
+    if op == "torch.cdist":
+        value = keywords.get("p", call.args[2] if len(call.args) > 2 else None)
+        mode = keywords.get("compute_mode")
+        note = []
+        if value is not None and _const(value) != 2.0:
+            note.append("p=" + ast.unparse(value))
+        if mode is not None:
+            note.append("compute_mode=" + ast.unparse(mode))
+        return ", ".join(note) or "p=2: half kernel only when both sets hold more than 25 points (matmul path)"
+    return ""
+
+
+_CAST_METHODS = {"float", "double"}
+
+
+def _casts_in(node: ast.AST) -> list:
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if sub.func.attr in _CAST_METHODS and not sub.args:
+                found.append(ast.unparse(sub.func)[-40:] + "()")
+            elif sub.func.attr in ("to", "type") and (sub.args or sub.keywords):
+                text = ast.unparse(sub)
+                arg_text = " ".join(ast.unparse(a) for a in sub.args) + " " + " ".join(ast.unparse(k) for k in sub.keywords)
+                if "dtype" in arg_text or "float" in arg_text or "double" in arg_text:
+                    found.append(text[-60:])
+    return found
+
+
+def _guarded(function: ast.AST) -> bool:
+    text = ast.unparse(function)
+    return ("float32" in text or "float64" in text or ".float()" in text or ".double()" in text
+            or "_cast(" in text)
+
+
+class Scanner(ast.NodeVisitor):
+    def __init__(self, module: str, aliases: Aliases):
+        self.module, self.aliases = module, aliases
+        self.stack = []  # (kind, name, node)
+        self.sites = []
+        self.calls = collections.defaultdict(set)  # qualname -> called simple names (for the caller graph)
+        self.functions = {}  # qualname -> lineno
+
+    def _qualname(self):
+        return ".".join(name for _, name, _ in self.stack) or "<module>"
+
+    def visit_ClassDef(self, node):
+        self.stack.append(("class", node.name, node))
+        self.generic_visit(node)
+        self.stack.pop()
+
+    def visit_FunctionDef(self, node):
+        self.stack.append(("def", node.name, node))
+        self.functions[self._qualname()] = node.lineno
+        self.generic_visit(node)
+        self.stack.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _tensor_receiver(self, node: ast.Call, qualname: str) -> bool:
+        """Whether ``receiver.method(...)`` can be the Tensor method (kornia has its own ``inverse`` methods)."""
+        receiver = node.func.value
+        if isinstance(receiver, ast.Name) and (receiver.id in ("self", "cls") or (receiver.id[:1].isupper() and any(c.islower() for c in receiver.id))):
+            return False  # kornia's own methods / classmethods (augmentation inverse, liegroups)
+        if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+            return False
+        if node.func.attr in NO_ARGUMENT_METHODS and (node.args or node.keywords):
+            return False  # Tensor.inverse()/det()/... take no arguments: this is another class's method
+        return (self.module, qualname, ast.unparse(receiver)) not in NOT_TENSOR_RECEIVERS
+
+    def visit_Call(self, node):
+        qualname = self._qualname()
+        function = next((n for kind, _, n in reversed(self.stack) if kind == "def"), None)
+        if isinstance(node.func, ast.Name):
+            self.calls[qualname].add(node.func.id)
+        elif isinstance(node.func, ast.Attribute):
+            self.calls[qualname].add(node.func.attr)
+        resolved = self.aliases.resolve(node.func)
+        op, condition = None, ""
+        if resolved is not None and is_target(resolved):
+            condition = _condition_holds(resolved, node)
+            if condition is not None:
+                op = resolved
+        elif resolved is None and isinstance(node.func, ast.Attribute) and node.func.attr in METHODS and self._tensor_receiver(node, qualname):
+            op, condition = f"Tensor.{node.func.attr}", "method form"
+        if op is not None:
+            casts = _casts_in(ast.Module(body=[ast.Expr(a) for a in node.args] + [ast.Expr(k.value) for k in node.keywords],
+                                         type_ignores=[]))
+            enclosing = self.stack[-1][1] if self.stack else ""
+            if enclosing.startswith("_torch_") and enclosing.endswith("_cast") or enclosing in HELPERS:
+                treatment = "helper"
+            elif casts:
+                treatment = "cast-arg"
+            elif function is not None and _guarded(function):
+                treatment = "guarded"
+            else:
+                treatment = "direct"
+            self.sites.append({"module": self.module, "function": qualname, "op": canonical(op), "line": node.lineno,
+                               "treatment": treatment, "casts": casts, "condition": condition or "",
+                               "text": ast.unparse(node)[:120]})
+        self.generic_visit(node)
+
+
+NO_ARGUMENT_METHODS = {"inverse", "det", "logdet", "slogdet", "pinverse", "geqrf"}
+# receivers that are kornia objects, not tensors (read from the source): So2/So3 in Se2/Se3, Se2/Se3 in NamedPose
+NOT_TENSOR_RECEIVERS = {
+    ("kornia.geometry.liegroup.se2", "Se2.inverse", "self.r"),
+    ("kornia.geometry.liegroup.se3", "Se3.inverse", "self.r"),
+    ("kornia.geometry.pose", "NamedPose.inverse", "self._dst_from_src"),
+}
+
+# kornia's own widening helpers (cast to float32/float64, call, cast back), by name
+HELPERS = {"_torch_inverse_cast", "_torch_histc_cast", "_torch_svd_cast", "_torch_linalg_svdvals", "_torch_solve_cast",
+           "safe_solve_with_mask", "safe_inverse_with_mask"}
+
+
+def package_dir(source: str) -> Path:
+    if source == "installed":
+        spec = importlib.util.find_spec("kornia")
+        return Path(spec.origin).parent
+    path = Path(source)
+    return path / "kornia" if (path / "kornia" / "__init__.py").exists() else path
+
+
+def scan(root: Path) -> dict:
+    sites, calls, functions, helper_defs = [], {}, {}, []
+    reexports = kornia_reexports(root)
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(("kornia",) + path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(), filename=str(path))
+        scanner = Scanner(module, Aliases(tree, reexports))
+        scanner.visit(tree)
+        sites += scanner.sites
+        for qualname, names in scanner.calls.items():
+            calls[f"{module}:{qualname}"] = names
+        for qualname, line in scanner.functions.items():
+            functions[f"{module}:{qualname}"] = line
+            if qualname.split(".")[-1] in HELPERS:
+                helper_defs.append(f"{module}:{qualname}")
+    helper_users = collections.defaultdict(list)
+    for caller, names in calls.items():
+        for helper in HELPERS & names:
+            helper_users[helper].append(caller)
+    return {"sites": sites, "helpers": {h: sorted(u) for h, u in sorted(helper_users.items())},
+            "helper_defs": sorted(helper_defs), "calls": {k: sorted(v) for k, v in calls.items()}}

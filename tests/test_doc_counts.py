@@ -100,3 +100,21 @@ def test_readmes_supported_versions_are_what_ci_runs():
     assert stated("pyproject.toml", r'requires-python = ">=(\d+\.\d+)"') == ".".join(map(str, min(pythons)))
     torch_bound = re.search(r'"torch>=(\d+\.\d+)', pyproject).group(1)
     assert tuple(int(part) for part in torch_bound.split(".")) == min(torches)
+
+
+@pytest.mark.release_independent
+def test_every_relative_link_in_the_docs_resolves():
+    """README.md and docs/**/*.md link files of the repository that exist (a renamed or deleted
+    file leaves no dangling link)."""
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    checked, dangling = 0, []
+    for document in documents:
+        for link in re.findall(r"\]\(([^)\s]+)\)", document.read_text()):
+            target = link.split("#", 1)[0]
+            if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):  # an anchor, or a URL
+                continue
+            checked += 1
+            if not (document.parent / target).exists():
+                dangling.append(f"{document.relative_to(ROOT)}: {link}")
+    assert checked > 20  # the pattern finds the links
+    assert dangling == []

@@ -10,7 +10,7 @@ import torch
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _bindings, _engine, _environment, _installed, _kornia_scope, _model, testing
+from kornia_halfpatch import _bindings, _engine, _environment, _installed, _kornia_scope, _model, _options, testing
 from support import UPSTREAM_FIXED, grid_module, needs_old_kornia, run_python
 
 # Kornia modules that bind create_meshgrid by name but are not imported by ``import kornia``.
@@ -231,7 +231,7 @@ def test_exclude_and_only_select_fixes(monkeypatch):
     report = kornia_halfpatch.apply(exclude=["utils_grids"])
     assert "utils_grids" not in report.applied
     assert report.fixes["utils_grids"].reason == "turned off by the user (excluded)"
-    monkeypatch.setenv(_environment.ENV_EXCLUDE, "utils_grids")
+    monkeypatch.setenv(_options.EXCLUDE.variable, "utils_grids")
     assert "utils_grids" not in kornia_halfpatch.apply().applied
     assert "utils_grids" in kornia_halfpatch.apply(only=["utils_grids"]).applied  # kwargs beat env
 

@@ -412,8 +412,8 @@ def test_laf_descriptor_wrapping_each_descriptor(dtype):
 def test_demonstration_shows_failure_then_finite():
     demo = feature_descriptors.FIX.demonstrate()
     assert demo.holds
-    assert len(demo.rows) == 8
-    for what, before, after in demo.rows:
+    assert len(demo.cases) == 8
+    for what, before, after in demo.cases:
         assert "Error" in before or "NaN" in before, what
         assert after.startswith("finite"), what
 

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import torch
 
+from kornia_halfpatch import _options
 from kornia_halfpatch.fixes import filters_conv_hang
 from kornia_halfpatch._model import Verdict
 from support import UPSTREAM_FIXED, cpu_reports, cpuinfo_reports, lacks_half_kernel, run_python
@@ -21,25 +22,25 @@ ENV = {"PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
 NO_FLOAT16_CONV2D = lacks_half_kernel("conv2d", torch.float16)
 
 
-def without_hang(verdict):
+def without_hang(verdict, needed=Verdict.NEEDED):
     """The fix's verdict where the hang workaround is off (``verdict``: NOT_NEEDED on a torch with
-    a float16 conv2d kernel)."""
-    return Verdict.APPLIED if NO_FLOAT16_CONV2D else verdict
+    a float16 conv2d kernel; ``needed`` on one without: the probe's NEEDED, a report's APPLIED)."""
+    return needed if NO_FLOAT16_CONV2D else verdict
 
 
 @pytest.mark.parametrize(
     "value, flag, verdict",
     [
-        ("on", False, Verdict.APPLIED),
+        ("on", False, Verdict.NEEDED),
         ("off", True, Verdict.NOT_NEEDED),
-        ("auto", True, Verdict.APPLIED),
+        ("auto", True, Verdict.NEEDED),
         ("auto", False, Verdict.NOT_NEEDED),
         ("", False, Verdict.NOT_NEEDED),
-        ("bogus", True, Verdict.APPLIED),  # an unknown value means auto, and the reason says so
+        ("bogus", True, Verdict.NEEDED),  # an unknown value means auto, and the reason says so
     ],
 )
 def test_the_workaround_is_chosen_by_cpu_capability_or_forced(monkeypatch, value, flag, verdict):
-    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, value)
+    monkeypatch.setenv(_options.FILTERS_CONV_HANG.variable, value)
     monkeypatch.setattr(filters_conv_hang, "cpu_has_avx512_fp16", lambda: flag)
     finding = filters_conv_hang.probe([None])
     assert finding.verdict is without_hang(verdict)
@@ -53,30 +54,30 @@ def test_the_verdict_follows_the_variable_set_at_run_time_on_a_cpu_without_avx51
     # for a later one: the probe reads the variable, so its cached finding depends on it.
     from kornia_halfpatch import testing
 
-    monkeypatch.setenv(filters_conv_hang.ENV_AVX512_FP16, "0")
-    monkeypatch.delenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, raising=False)
+    monkeypatch.setenv(_options.CPU_AVX512_FP16.variable, "0")
+    monkeypatch.delenv(_options.FILTERS_CONV_HANG.variable, raising=False)
     with testing.isolated(only=["filters_conv_hang"]) as report:
         status = report.fixes["filters_conv_hang"]
-        assert status.verdict is without_hang(Verdict.NOT_NEEDED), status
+        assert status.verdict is without_hang(Verdict.NOT_NEEDED, Verdict.APPLIED), status
         # applied (no float16 conv2d kernel), the status says "bug present"; the probe says why
         reason = filters_conv_hang.probe([None]).reason if NO_FLOAT16_CONV2D else status.reason
         assert "does not report avx512_fp16" in reason, reason
-    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
+    monkeypatch.setenv(_options.FILTERS_CONV_HANG.variable, "on")
     with testing.isolated(only=["filters_conv_hang"]) as report:
         assert report.fixes["filters_conv_hang"].applied, report.fixes["filters_conv_hang"]
-    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "off")
+    monkeypatch.setenv(_options.FILTERS_CONV_HANG.variable, "off")
     with testing.isolated(only=["filters_conv_hang"]) as report:
-        assert report.fixes["filters_conv_hang"].verdict is without_hang(Verdict.NOT_NEEDED)
+        assert report.fixes["filters_conv_hang"].verdict is without_hang(Verdict.NOT_NEEDED, Verdict.APPLIED)
 
 
 @pytest.mark.parametrize("value, reported", [("1", True), ("on", True), ("0", False), ("no", False)])
 def test_the_cpu_capability_override_replaces_what_the_cpu_reports(monkeypatch, value, reported):
-    monkeypatch.setenv(filters_conv_hang.ENV_AVX512_FP16, value)
+    monkeypatch.setenv(_options.CPU_AVX512_FP16.variable, value)
     assert filters_conv_hang.cpu_has_avx512_fp16() is reported
 
 
 def test_capability_is_read_from_torch_else_from_the_kernel(monkeypatch):
-    monkeypatch.delenv(filters_conv_hang.ENV_AVX512_FP16, raising=False)
+    monkeypatch.delenv(_options.CPU_AVX512_FP16.variable, raising=False)
     # torch 2.4 and 2.6 have no torch.cpu.get_capabilities and hang all the same on avx512_fp16:
     # a missing API must not read as a missing flag.
     assert filters_conv_hang.cpu_has_avx512_fp16() is cpu_reports("avx512_fp16")
@@ -120,7 +121,7 @@ print("returned")
 def test_forced_workaround_returns_with_the_float32_result_narrowed():
     # The call that hangs unpatched on avx512_fp16 CPUs: gaussian_blur2d, kernel 15, 41x61.
     try:
-        result = run_python(BLUR, env={**ENV, filters_conv_hang.ENV_FILTERS_CONV_HANG: "on"}, timeout=240)
+        result = run_python(BLUR, env={**ENV, _options.FILTERS_CONV_HANG.variable: "on"}, timeout=240)
     except subprocess.TimeoutExpired:
         pytest.fail("float16 gaussian_blur2d did not return within 240 s with the workaround on")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -135,10 +136,10 @@ report = kornia_halfpatch.apply()
 print(report.fixes["filters_conv_hang"].verdict.name)
 print(kornia_halfpatch.is_patched(kornia.filters.filter.filter2d))
 """
-    result = run_python(code, env={**ENV, filters_conv_hang.ENV_FILTERS_CONV_HANG: "off"}, timeout=240)
+    result = run_python(code, env={**ENV, _options.FILTERS_CONV_HANG.variable: "off"}, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     # filter2d's row is the hang's alone: off, it stays the release's on every torch.
-    assert result.stdout.split() == [without_hang(Verdict.NOT_NEEDED).name, "False"]
+    assert result.stdout.split() == [without_hang(Verdict.NOT_NEEDED, Verdict.APPLIED).name, "False"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ REAL_CONV2D = F.conv2d
 @pytest.fixture
 def conv_replacement(monkeypatch):
     """The installed kornia-scoped conv2d replacement (workaround forced on)."""
-    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
+    monkeypatch.setenv(_options.FILTERS_CONV_HANG.variable, "on")
     with testing.isolated(only=["filters_conv_hang"]) as report:
         assert report.fixes["filters_conv_hang"].applied, report
         found = [r for name, target, o, r in testing.installed_targets() if target is filters_conv_hang.CONV2D_TARGET]
@@ -236,7 +237,7 @@ def test_every_kornia_conv2d_call_site_reaches_the_replacement_and_revert_restor
     sites = conv2d_call_sites()
     found = {module.__name__ for module, _, _ in sites}
     assert {"kornia.filters.filter", "kornia.filters.blur_pool", "kornia.losses.ms_ssim"} <= found, sorted(found)
-    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
+    monkeypatch.setenv(_options.FILTERS_CONV_HANG.variable, "on")
     with testing.isolated(only=["warp_sampling", "filters_conv_hang"]) as report:
         assert report.fixes["filters_conv_hang"].applied
         replacement = [r for _, target, _, r in testing.installed_targets() if target is filters_conv_hang.CONV2D_TARGET][0]
@@ -291,7 +292,7 @@ print("returned")
 @pytest.mark.slow
 def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
     try:
-        result = run_python(MS_SSIM_AND_BLUR_POOL, env={**ENV, filters_conv_hang.ENV_FILTERS_CONV_HANG: "on"}, timeout=240)
+        result = run_python(MS_SSIM_AND_BLUR_POOL, env={**ENV, _options.FILTERS_CONV_HANG.variable: "on"}, timeout=240)
     except subprocess.TimeoutExpired:
         pytest.fail("float16 MS_SSIMLoss / max_blur_pool2d did not return within 240 s with the workaround on")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -301,7 +302,7 @@ def test_ms_ssim_and_blur_pool_return_with_each_depthwise_conv_in_float32():
 def test_a_non_tensor_argument_gets_kornias_own_error(monkeypatch):
     """The generated wrapper reads .dtype only of a tensor: kornia's own check raises, as unpatched
     (kornia's TestFilter2D::test_exception in float32)."""
-    monkeypatch.setenv(filters_conv_hang.ENV_FILTERS_CONV_HANG, "on")
+    monkeypatch.setenv(_options.FILTERS_CONV_HANG.variable, "on")
     kernel = torch.ones(1, 3, 3)
     with kornia_halfpatch.unpatched():
         with pytest.raises(Exception) as unpatched_error:

@@ -305,5 +305,5 @@ def test_torch_compile_fullgraph_finite_backward():
 @needs_cramer
 def test_demonstration_holds():
     demo = fix.FIX.demonstrate()
-    assert demo.holds, demo.rows
-    assert all(float(before) > 0 for _, before, _ in demo.rows)
+    assert demo.holds, demo.cases
+    assert all(float(before) > 0 for _, before, _ in demo.cases)

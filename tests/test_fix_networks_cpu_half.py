@@ -22,7 +22,7 @@ import torch
 import kornia
 import kornia.feature as KF
 import kornia_halfpatch
-from kornia_halfpatch import testing
+from kornia_halfpatch import _options, testing
 from kornia_halfpatch._torch_compat import FUNCTIONAL_CALL_TRACEABLE
 from kornia_halfpatch._kernels import widening_missing_kernels
 from kornia_halfpatch.fixes import networks_cpu_half as cpu_half
@@ -181,21 +181,21 @@ def test_a_float32_module_fed_float16_and_a_meta_input_take_the_releases_path(fl
 
 
 def test_modes_code_beats_environment_beats_auto(monkeypatch):
-    monkeypatch.setenv(cpu_half.ENV_CPU_HALF, "float32")
+    monkeypatch.setenv(_options.CPU_HALF.variable, "float32")
     with testing.isolated(only=[FIX]) as report:
         assert FIX in report.applied
-        assert "KORNIA_HALFPATCH_CPU_HALF=float32" in report.probes[FIX]
+        assert "KORNIA_HALFPATCH_CPU_HALF=float32" in report.facts[FIX]
     with testing.isolated(only=[FIX], cpu_half="native") as report:
         assert FIX not in report.applied
         assert "apply(cpu_half='native')" in report.fixes[FIX].reason
-    monkeypatch.setenv(cpu_half.ENV_CPU_HALF, "native")
+    monkeypatch.setenv(_options.CPU_HALF.variable, "native")
     with testing.isolated(only=[FIX], cpu_half="float32") as report:
         assert FIX in report.applied
 
 
 def test_auto_follows_the_cpu_and_its_override(monkeypatch):
-    monkeypatch.delenv(cpu_half.ENV_CPU_HALF, raising=False)
-    monkeypatch.delenv(cpu_half.ENV_NATIVE_HALF, raising=False)
+    monkeypatch.delenv(_options.CPU_HALF.variable, raising=False)
+    monkeypatch.delenv(_options.CPU_NATIVE_HALF.variable, raising=False)
     # torch's report, or the kernel's flags where torch has no get_capabilities (2.4, 2.6).
     native = cpu_reports("avx512_fp16") or cpu_reports("amx_fp16")
     try:  # torch 2.1 has no float16 CPU convolution: float32 whatever the CPU
@@ -204,11 +204,11 @@ def test_auto_follows_the_cpu_and_its_override(monkeypatch):
         native = False
     with testing.isolated(only=[FIX], cpu_half="auto") as report:
         assert (FIX not in report.applied) == native, report.fixes[FIX].reason
-    monkeypatch.setenv(cpu_half.ENV_NATIVE_HALF, "0")
+    monkeypatch.setenv(_options.CPU_NATIVE_HALF.variable, "0")
     with testing.isolated(only=[FIX], cpu_half="auto") as report:
         assert FIX in report.applied
-        assert "KORNIA_HALFPATCH_CPU_NATIVE_HALF=0" in report.probes[FIX]
-    monkeypatch.setenv(cpu_half.ENV_NATIVE_HALF, "1")
+        assert "KORNIA_HALFPATCH_CPU_NATIVE_HALF=0" in report.facts[FIX]
+    monkeypatch.setenv(_options.CPU_NATIVE_HALF.variable, "1")
     with testing.isolated(only=[FIX]) as report:
         assert FIX not in report.applied
         assert "auto" in report.fixes[FIX].reason
@@ -218,12 +218,12 @@ def test_bad_values_raise_in_code_and_warn_from_the_environment(monkeypatch):
     with testing.preserved():
         with pytest.raises(ValueError, match="cpu_half must be one of"):
             kornia_halfpatch.apply(only=[FIX], cpu_half="fast")
-    monkeypatch.setenv(cpu_half.ENV_CPU_HALF, "fastest")
-    monkeypatch.setenv(cpu_half.ENV_NATIVE_HALF, "0")
+    monkeypatch.setenv(_options.CPU_HALF.variable, "fastest")
+    monkeypatch.setenv(_options.CPU_NATIVE_HALF.variable, "0")
     with pytest.warns(kornia_halfpatch.HalfPatchWarning, match="KORNIA_HALFPATCH_CPU_HALF='fastest'"):
         with testing.isolated(only=[FIX]) as report:
             assert FIX in report.applied  # auto, with a CPU said to lack float16 arithmetic
-            assert "ignored" in report.probes[FIX]
+            assert "ignored" in report.facts[FIX]
 
 
 def test_cache_is_kept_and_rebuilt_when_a_parameter_changes(float32_mode):
@@ -453,7 +453,7 @@ def _conv_classes():
 
 def test_every_convolutional_kornia_module_is_a_row_reached_or_exempt():
     with testing.isolated(only=[FIX], cpu_half="float32") as report:
-        rows = {row.target.rsplit("._call_impl", 1)[0] for row in report.fixes[FIX].rows if row.verdict.value == "applied"}
+        rows = {row.target.rsplit("._call_impl", 1)[0] for row in report.fixes[FIX].target_statuses if row.verdict.value == "applied"}
     row_names = {path.split(":")[1] for path in rows}
     uncovered = []
     for qualified in sorted(_conv_classes()):
@@ -490,7 +490,7 @@ def test_demonstration_holds_and_status_says_why(float32_mode):
     from kornia_halfpatch.demos.networks_cpu_half import demonstrate
 
     demo = demonstrate()
-    assert demo.holds, demo.rows
-    assert float32_mode.probes[FIX].startswith("float32 in force (apply(cpu_half='float32'))")
+    assert demo.holds, demo.cases
+    assert float32_mode.facts[FIX].startswith("float32 in force (apply(cpu_half='float32'))")
     with testing.isolated(only=[FIX], cpu_half="native") as report:
-        assert report.probes[FIX].startswith("native in force")
+        assert report.facts[FIX].startswith("native in force")

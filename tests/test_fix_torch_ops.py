@@ -107,10 +107,6 @@ def _kornia():
     return kornia
 
 
-def _first(out):
-    return out[0] if isinstance(out, tuple) else out
-
-
 def api_cases():
     K = _kornia()
     ep = K.geometry.epipolar

@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 import kornia
 import kornia_halfpatch
-from kornia_halfpatch import _bindings, _environment, testing
+from kornia_halfpatch import _bindings, _environment, _options, testing
 from kornia_halfpatch.fixes import warp_sampling as fix
 from support import (
     HALF_DTYPES, KORNIA, MISSING_KERNEL_ERROR, TORCH, bitwise_equal, expect_missing_kernel_error, needs_old_kornia,
@@ -581,7 +581,7 @@ def refused_by_torch(run, calls):
 def test_each_workaround_can_be_forced_with_an_apply_option(choice):
     report = kornia_halfpatch.apply(only=[NAME], grid_sample_workaround=choice)
     assert NAME in report.applied
-    line = report.probes[NAME]
+    line = report.facts[NAME]
     expected_kind = {fix.AUTO: fix.OVERFLOW, fix.PROBE: fix.OVERFLOW}.get(choice, choice)
     if choice in (fix.AUTO, fix.PROBE) and not MEASURED_OVERFLOW_TORCH:
         pytest.skip("the expected verdict is only known on a measured torch 2.6-2.14.1")
@@ -596,17 +596,17 @@ def test_each_workaround_can_be_forced_with_an_apply_option(choice):
 
 @needs_old_kornia
 def test_environment_variable_forces_the_workaround_and_the_option_beats_it(monkeypatch):
-    monkeypatch.setenv(_environment.ENV_GRID_SAMPLE_WORKAROUND, "none")
+    monkeypatch.setenv(_options.GRID_SAMPLE_WORKAROUND.variable, "none")
     kornia_halfpatch.revert()
     report = kornia_halfpatch.apply(only=[NAME])
-    assert f"forced by {_environment.ENV_GRID_SAMPLE_WORKAROUND}" in report.probes[NAME]
+    assert f"forced by {_options.GRID_SAMPLE_WORKAROUND.variable}" in report.facts[NAME]
     assert half_dtype_reaching_torch() == [torch.float16]
     report = kornia_halfpatch.apply(only=[NAME], grid_sample_workaround="no-kernel")
-    assert report.probes[NAME].startswith(fix._KIND_TEXT[fix.NO_KERNEL])
+    assert report.facts[NAME].startswith(fix._KIND_TEXT[fix.NO_KERNEL])
     assert half_dtype_reaching_torch() == [torch.float32]
-    monkeypatch.setenv(_environment.ENV_GRID_SAMPLE_WORKAROUND, "sometimes")
+    monkeypatch.setenv(_options.GRID_SAMPLE_WORKAROUND.variable, "sometimes")
     kornia_halfpatch.revert()
-    with pytest.raises(ValueError, match="unknown grid_sample workaround 'sometimes'"):
+    with pytest.raises(ValueError, match="KORNIA_HALFPATCH_GRID_SAMPLE_WORKAROUND='sometimes' is not one of auto, probe"):
         kornia_halfpatch.apply(only=[NAME])
 
 
@@ -616,14 +616,14 @@ def test_a_torch_newer_than_measured_is_decided_by_the_probe(monkeypatch):
     monkeypatch.setattr(fix, "_probe_result", None)
     report = kornia_halfpatch.apply(only=[NAME], grid_sample_workaround="auto")
     assert fix._probe_result == fix.probe_half_cpu_kernel()  # ran once, result kept
-    assert "newer than 2.14.1" in report.probes[NAME]
+    assert "newer than 2.14.1" in report.facts[NAME]
     # On this torch (2.6-2.14.1 in CI) the probe finds the overflow, so half is widened.
     if fix.FIRST_HALF_CPU_KERNEL <= _environment.parse_version(torch.__version__) <= fix.LAST_KNOWN_OVERFLOW:
         assert half_dtype_reaching_torch() == [torch.float32]
 
 
 def test_bad_option_values_and_names_are_rejected():
-    with pytest.raises(ValueError, match="choose one of auto, probe, none, no-kernel, overflow"):
+    with pytest.raises(ValueError, match="grid_sample_workaround must be one of auto, probe, none, no-kernel, overflow, got 'always'"):
         kornia_halfpatch.apply(only=[NAME], grid_sample_workaround="always")
     with pytest.raises(ValueError, match="grid_sample_everywhere must be True or False"):
         kornia_halfpatch.apply(only=[NAME], grid_sample_everywhere="yes")
@@ -633,12 +633,12 @@ def test_bad_option_values_and_names_are_rejected():
 
 @needs_old_kornia
 def test_status_reports_the_workaround_and_why():
-    line = kornia_halfpatch.status().probes[NAME]
+    line = kornia_halfpatch.status().facts[NAME]
     assert "in force for kornia's calls only" in line
     if MEASURED_OVERFLOW_TORCH:
         assert "16-bit offset overflow" in line and f"torch {_environment.format_version(fix.TORCH_VERSION)}" in line
     kornia_halfpatch.revert()
-    assert "not applied" in kornia_halfpatch.status().probes[NAME]
+    assert "not applied" in kornia_halfpatch.status().facts[NAME]
 
 
 # --------------------------------------------------------------------------------------------
@@ -661,7 +661,7 @@ def test_torch_and_user_code_are_untouched_unless_asked():
 
     with kornia_halfpatch.patched(only=[NAME], grid_sample_everywhere=True) as report:
         assert kornia_halfpatch.is_patched(F.grid_sample)
-        assert "every caller" in report.probes[NAME]
+        assert "every caller" in report.facts[NAME]
         with TorchGridSampleCalls() as calls:
             user_code_sample(image, grid)
         assert calls.dtypes == [torch.float32]

@@ -169,8 +169,8 @@ def test_options_are_kept_by_unpatched_and_restored_by_patched():
         assert _installed.options_of(NAME) == {"grid_sample_workaround": "overflow"}
         assert kornia.geometry.transform.imgwarp.F.grid_sample is not first  # reinstalled
     assert _installed.options_of(NAME) == {"grid_sample_workaround": "none"}
-    assert "forced by apply(grid_sample_workaround=...)" in kornia_halfpatch.status().probes[NAME]
-    assert kornia_halfpatch.status().probes[NAME].startswith("none:")
+    assert "forced by apply(grid_sample_workaround=...)" in kornia_halfpatch.status().facts[NAME]
+    assert kornia_halfpatch.status().facts[NAME].startswith("none:")
 
 
 @pytest.mark.slow
@@ -181,7 +181,7 @@ def test_deferred_apply_keeps_its_options():
         assert "kornia" not in sys.modules
         kornia_halfpatch.apply(only=["warp_sampling"], grid_sample_workaround="no-kernel")
         import kornia
-        line = kornia_halfpatch.status().probes["warp_sampling"]
+        line = kornia_halfpatch.status().facts["warp_sampling"]
         assert line.startswith("widen half CPU calls to float32 (no half CPU kernel)"), line
         print("ok")
     """

@@ -119,7 +119,7 @@ def _kernels_of(target):
 def test_gated_row_is_installed_exactly_where_a_kernel_is_missing(target):
     with testing.isolated(["torch_ops"]) as report:
         installed = {entry[1].candidates[0] for entry in testing.installed_targets()}
-        rows = {row.target: row for row in report.fixes["torch_ops"].rows}
+        rows = {row.target: row for row in report.fixes["torch_ops"].target_statuses}
     kernels = _kernels_of(target)
     assert kernels, f"{target.candidates[0]}: a gated row names its kernels"
     lacking = _kernels.lacking(kernels)

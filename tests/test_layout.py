@@ -146,3 +146,14 @@ def test_fix_modules_import_declarations_never_the_engine():
     assert len(fix_modules) >= len(FIX_NAMES)
     reaching = {name: sorted(_imported_modules(MODULES[name], False) & ENGINE_MODULES) for name in fix_modules}
     assert {name: found for name, found in reaching.items() if found} == {}
+
+
+def test_the_options_manifest_is_a_declaration():
+    """Every module may read the manifest: it imports no module of the package, nor torch."""
+    path = MODULES["kornia_halfpatch._options"]
+    assert _imported_modules(path, False) == set()
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert imported <= {"__future__", "os", "dataclasses", "typing"}, imported

@@ -72,7 +72,7 @@ def demonstrate() -> Demonstration:
             with kornia_halfpatch.patched(only=[FIX]):
                 after, ratio = _error_ratio(make, dtype, patched=True)
             holds = holds and abs(ratio - 1.0) < 1e-9
-            demo.rows.append((f"{label} [{str(dtype).replace('torch.', '')}]", before, after))
+            demo.cases.append((f"{label} [{str(dtype).replace('torch.', '')}]", before, after))
 
     def padded_video() -> torch.Tensor:
         # The affine warp pads with black: zero chroma, whose float16 hue is NaN in ColorJiggle.
@@ -97,8 +97,8 @@ def demonstrate() -> Demonstration:
         with kornia_halfpatch.patched(only=[FIX]):
             after, ok = _outcome(call, wanted)
         holds = holds and ok
-        demo.rows.append((label, before, after))
+        demo.cases.append((label, before, after))
     demo.holds = holds
     demo.note = ("unpatched: kornia's own half run (bfloat16 accepted through kornia_dtypes' widened dtype check "
-                 "for the error rows; refused without it)")
+                 "for the error cases; refused without it)")
     return demo

@@ -78,6 +78,6 @@ def demonstrate() -> Demonstration:
             with kornia_halfpatch.patched(only=["feature_descriptors"]):
                 after = _outcome(lambda: model(x))
             holds = holds and after.startswith("finite")
-            demo.rows.append((f"{label} {str(dtype)[6:]}", before, after))
+            demo.cases.append((f"{label} {str(dtype)[6:]}", before, after))
     demo.holds = holds
     return demo

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .._model import Demonstration
-from ..probe_inputs import laf_probe_inputs as probe_inputs
+from ..sample_inputs import laf_inputs
 
 _NAN_BACKWARD_SCRIPT = """
 import torch, kornia, kornia.feature, kornia_halfpatch
@@ -60,7 +60,7 @@ def demonstrate() -> Demonstration:
     from kornia.feature import laf as laf_module
 
     def mixed_dtype() -> str:
-        img, laf = probe_inputs(torch.float32, B=1, N=4, CH=1, H=256, W=256)
+        img, laf = laf_inputs(torch.float32, B=1, N=4, CH=1, H=256, W=256)
         try:
             patches = laf_module.extract_patches_simple(img.half(), laf, 32)
         except RuntimeError as exc:
@@ -83,7 +83,7 @@ def demonstrate() -> Demonstration:
         return f"{bad} of {2 * 4 * 32 * 32} values"
 
     demo = Demonstration("LAF patch extraction: half images, mixed dtypes, NaN LAFs")
-    # The crash runs in child processes, started first so that they overlap the in-process rows.
+    # The crash runs in child processes, started first so that they overlap the in-process cases.
     crash_before, crash_after = _start_nan_backward(False), _start_nan_backward(True)
     with kornia_halfpatch.unpatched():
         before = (mixed_dtype(), out_of_range(), _nan_backward_outcome(crash_before))
@@ -94,7 +94,7 @@ def demonstrate() -> Demonstration:
         "float16 256x256 border patches outside [min, max]",
         "float32 NaN LAF, backward",
     )
-    demo.rows = [(label, b, a) for label, b, a in zip(labels, before, after)]
+    demo.cases = [(label, b, a) for label, b, a in zip(labels, before, after)]
     demo.holds = (
         after[0].startswith("torch.float16, finite=True")
         and after[1].startswith("0 of")

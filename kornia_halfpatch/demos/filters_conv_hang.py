@@ -10,6 +10,7 @@ import sys
 import time
 
 from .._model import Demonstration
+from .._options import DISABLE, FILTERS_CONV_HANG
 
 # Unpatched: long enough to import torch and kornia on a loaded machine, then the convolution
 # would have returned in milliseconds. Patched: generous, a slow import must not read as a hang.
@@ -28,8 +29,9 @@ IMPORTED = "imported"
 
 
 def _run(patched: bool) -> tuple:
-    env = dict(os.environ, KORNIA_HALFPATCH_DISABLE="", OMP_NUM_THREADS="1")
-    env["KORNIA_HALFPATCH_FILTERS_CONV_HANG"] = os.environ.get("KORNIA_HALFPATCH_FILTERS_CONV_HANG", "auto")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env[DISABLE.variable] = ""
+    env[FILTERS_CONV_HANG.variable] = os.environ.get(FILTERS_CONV_HANG.variable, "auto")
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(os.path.dirname(__file__))), env.get("PYTHONPATH", "")] if p)
     start = time.perf_counter()
     timeout = PATCHED_TIMEOUT_S if patched else TIMEOUT_S
@@ -51,6 +53,6 @@ def demonstrate() -> Demonstration:
     demo = Demonstration("float16 gaussian_blur2d, kernel 15x15, 41x61 image (subprocess, timeout 20 s unpatched)")
     before, _ = _run(patched=False)
     after, holds = _run(patched=True)
-    demo.rows.append(("kornia.filters.gaussian_blur2d", before, after))
+    demo.cases.append(("kornia.filters.gaussian_blur2d", before, after))
     demo.holds = holds
     return demo

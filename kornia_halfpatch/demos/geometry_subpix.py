@@ -34,6 +34,6 @@ def demonstrate() -> Demonstration:
         with kornia_halfpatch.patched(only=["geometry_subpix"]):
             after = non_finite_gradient_fraction(half)
         holds = holds and after == 0.0
-        demo.rows.append((label, f"{before:.3f}", f"{after:.3f}"))
+        demo.cases.append((label, f"{before:.3f}", f"{after:.3f}"))
     demo.holds = holds
     return demo

@@ -8,7 +8,7 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from .. import probe_inputs
+from .. import sample_inputs
 from .._model import Demonstration
 
 FIX = "kornia_dtypes"
@@ -20,24 +20,24 @@ def _cases() -> List[Tuple[str, Callable[[torch.dtype], Any], bool]]:
 
     def grayscale_augmentation(dtype: torch.dtype) -> Any:
         torch.manual_seed(0)
-        return kornia.augmentation.RandomGrayscale(p=1.0)(probe_inputs.rgb_image(dtype)[0])
+        return kornia.augmentation.RandomGrayscale(p=1.0)(sample_inputs.rgb_image(dtype)[0])
 
     return [
-        ("color.rgb_to_hls, gray pixels", lambda d: kornia.color.rgb_to_hls(*probe_inputs.gray_patch_image(d)), False),
+        ("color.rgb_to_hls, gray pixels", lambda d: kornia.color.rgb_to_hls(*sample_inputs.gray_patch_image(d)), False),
         ("filters.get_gaussian_discrete_kernel1d(9, 2.5)",
          lambda d: kornia.filters.get_gaussian_discrete_kernel1d(9, 2.5, dtype=d), False),
         ("geometry.conversions.normal_transform_pixel(1, 5)",
          lambda d: kornia.geometry.conversions.normal_transform_pixel(1, 5, dtype=d), False),
-        ("filters.canny", lambda d: kornia.filters.canny(*probe_inputs.rgb_image(d))[0], False),
+        ("filters.canny", lambda d: kornia.filters.canny(*sample_inputs.rgb_image(d))[0], False),
         ("augmentation.RandomGrayscale", grayscale_augmentation, False),
-        ("enhance.image_histogram2d", lambda d: kornia.enhance.image_histogram2d(*probe_inputs.histogram_call(d))[0], True),
+        ("enhance.image_histogram2d", lambda d: kornia.enhance.image_histogram2d(*sample_inputs.histogram_call(d))[0], True),
         ("losses.lovasz_softmax_loss",
-         lambda d: kornia.losses.lovasz_softmax_loss(*probe_inputs.lovasz_softmax_call(d)), False),
+         lambda d: kornia.losses.lovasz_softmax_loss(*sample_inputs.lovasz_softmax_call(d)), False),
         ("geometry.conversions.normalize_homography, single-row images",
-         lambda d: kornia.geometry.conversions.normalize_homography(*probe_inputs.normalize_homography_call(d)), False),
-        ("color.rgb_to_luv, black pixels", lambda d: kornia.color.rgb_to_luv(*probe_inputs.black_rgb_image(d)), False),
+         lambda d: kornia.geometry.conversions.normalize_homography(*sample_inputs.normalize_homography_call(d)), False),
+        ("color.rgb_to_luv, black pixels", lambda d: kornia.color.rgb_to_luv(*sample_inputs.black_rgb_image(d)), False),
         ("feature.ScaleSpaceDetector LAFs",
-         lambda d: (lambda m, x, n: m(x)[0])(*probe_inputs.scale_space_detect_call(d)), True),
+         lambda d: (lambda m, x, n: m(x)[0])(*sample_inputs.scale_space_detect_call(d)), True),
     ]
 
 
@@ -64,6 +64,6 @@ def demonstrate() -> Demonstration:
             with kornia_halfpatch.patched(only=[FIX]):
                 after, ok = _outcome(function, dtype, wanted)
             holds = holds and ok
-            demo.rows.append((f"{label} [{str(dtype).replace('torch.', '')}]", before, after))
+            demo.cases.append((f"{label} [{str(dtype).replace('torch.', '')}]", before, after))
     demo.holds = holds
     return demo

@@ -54,7 +54,7 @@ def demonstrate() -> Demonstration:
     faster = "" if native_s is None else f", {native_s / mode_s:.1f}x faster"
     return Demonstration(
         title="cpu_half: float16 HardNet on CPU through float32 weights (batch 64, timed now)",
-        rows=[
+        cases=[
             ("float16 output", "native float16 convolutions", "bitwise float32 forward, narrowed" if holds else "DIFFERS from float32 narrowed"),
             ("time (float32: %.3f s)" % float32_s, native_shown,
              f"{mode_s:.3f} s ({mode_s / float32_s:.2f}x float32{faster})"),

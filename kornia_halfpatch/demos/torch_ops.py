@@ -8,7 +8,7 @@ from typing import Any, Callable, List, Tuple
 
 import torch
 
-from .. import probe_inputs
+from .. import sample_inputs
 from .._model import Demonstration
 
 
@@ -16,23 +16,23 @@ def _cases() -> List[Tuple[str, Callable[[torch.dtype], Any]]]:
     import kornia
 
     def guided(dtype: torch.dtype) -> Any:
-        guidance, image, k, eps = probe_inputs.guided_multichannel(dtype)
+        guidance, image, k, eps = sample_inputs.guided_multichannel(dtype)
         return kornia.filters.guided_blur(guidance, image, k, eps)
 
     def matcher(dtype: torch.dtype) -> Any:
-        return kornia.feature.match_snn(*probe_inputs.descriptor_pair(dtype))[0]
+        return kornia.feature.match_snn(*sample_inputs.descriptor_pair(dtype))[0]
 
     return [
         ("filters.guided_blur, 3-channel guidance", guided),
-        ("enhance.zca_whiten", lambda d: kornia.enhance.zca_whiten(*probe_inputs.zca_input(d))),
-        ("feature.laf.ellipse_to_laf", lambda d: kornia.feature.laf.ellipse_to_laf(*probe_inputs.ellipses(d))),
+        ("enhance.zca_whiten", lambda d: kornia.enhance.zca_whiten(*sample_inputs.zca_input(d))),
+        ("feature.laf.ellipse_to_laf", lambda d: kornia.feature.laf.ellipse_to_laf(*sample_inputs.ellipses(d))),
         ("feature.match_snn, 5 vs 6 descriptors", matcher),
         ("geometry.subpix.conv_soft_argmax3d",
-         lambda d: kornia.geometry.subpix.conv_soft_argmax3d(*probe_inputs.soft_argmax_volume(d))[0]),
+         lambda d: kornia.geometry.subpix.conv_soft_argmax3d(*sample_inputs.soft_argmax_volume(d))[0]),
         ("geometry.epipolar.find_fundamental 7POINT",
-         lambda d: kornia.geometry.epipolar.find_fundamental(*probe_inputs.fundamental_points(d))),
+         lambda d: kornia.geometry.epipolar.find_fundamental(*sample_inputs.fundamental_points(d))),
         ("geometry.epipolar.decompose_essential_matrix",
-         lambda d: kornia.geometry.epipolar.decompose_essential_matrix(*probe_inputs.essential_matrix(d))[0]),
+         lambda d: kornia.geometry.epipolar.decompose_essential_matrix(*sample_inputs.essential_matrix(d))[0]),
     ]
 
 
@@ -57,6 +57,6 @@ def demonstrate() -> Demonstration:
             with kornia_halfpatch.patched(only=["torch_ops"]):
                 after, ok = _outcome(function, dtype)
             holds = holds and ok
-            demo.rows.append((f"{label} [{str(dtype).replace('torch.', '')}]", before, after))
+            demo.cases.append((f"{label} [{str(dtype).replace('torch.', '')}]", before, after))
     demo.holds = holds
     return demo

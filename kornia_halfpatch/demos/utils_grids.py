@@ -38,6 +38,6 @@ def demonstrate() -> Demonstration:
         with kornia_halfpatch.patched(only=["utils_grids"]):
             after = max_eager_compiled_gap(dtype, width)
         holds = holds and after == 0.0
-        demo.rows.append((f"{str(dtype)[6:]} width {width}", f"{before:.4g}", f"{after:.4g}"))
+        demo.cases.append((f"{str(dtype)[6:]} width {width}", f"{before:.4g}", f"{after:.4g}"))
     demo.holds = holds
     return demo

@@ -103,6 +103,6 @@ def demonstrate() -> Demonstration:
                 after = _ratio_or_error(name, image, dtype)
             ok = isinstance(after, float) and abs(after - 1.0) < 0.005
             holds = holds and ok
-            demo.rows.append((f"{name} {str(dtype).replace('torch.', '')} {size}px", _shown(before), _shown(after)))
+            demo.cases.append((f"{name} {str(dtype).replace('torch.', '')} {size}px", _shown(before), _shown(after)))
     demo.holds = holds
     return demo

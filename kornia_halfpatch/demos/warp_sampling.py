@@ -50,7 +50,7 @@ def demonstrate() -> Demonstration:
             before = outside()
         after = outside()
         holds = holds and after.startswith("0 of")
-        demo.rows.append((f"{str(dtype)[6:]} rotate 33 deg", before, after))
+        demo.cases.append((f"{str(dtype)[6:]} rotate 33 deg", before, after))
     runs = {}
     for label, apply_line in (("unpatched", ""), ("patched", "kornia_halfpatch.apply(only=['warp_sampling'])")):
         result = subprocess.run(
@@ -58,7 +58,7 @@ def demonstrate() -> Demonstration:
         )
         runs[label] = "completes" if result.returncode == 0 else f"process dies (exit {result.returncode})"
     holds = holds and runs["patched"] == "completes"
-    demo.rows.append(("float32 NaN angle, border, backward", runs["unpatched"], runs["patched"]))
+    demo.cases.append(("float32 NaN angle, border, backward", runs["unpatched"], runs["patched"]))
     demo.holds = holds
     demo.note = f"workaround: {current_workaround().describe()}"
     return demo

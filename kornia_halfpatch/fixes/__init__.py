@@ -44,17 +44,17 @@ def _load(name: str) -> "Fix":  # noqa: F821
         return Fix(name=name, targets=(), configure=fail)
 
 
-def collect_probes() -> Dict[str, str]:
-    """Status lines that fixes publish (``Fix.describe``) for status() and the CLI."""
+def collect_facts() -> Dict[str, str]:
+    """What each fix that says so (``Fix.describe``) does on this machine, for status() and the CLI."""
     from .._isolation import probe_state
 
-    probes: Dict[str, str] = {}
+    facts: Dict[str, str] = {}
     for fix in load_fixes():
         if fix.describe is None:
             continue
         try:
             with probe_state():
-                probes[fix.name] = fix.describe()
+                facts[fix.name] = fix.describe()
         except Exception as exc:  # noqa: BLE001 - status() must not raise
-            probes[fix.name] = f"probe failed: {type(exc).__name__}: {exc}"
-    return probes
+            facts[fix.name] = f"could not tell: {type(exc).__name__}: {exc}"
+    return facts

@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
 from .._torch_compat import is_compiling
-from ..probe_inputs import laf_probe_inputs
+from ..sample_inputs import laf_inputs
 
 PATCH_PARAMETERS = ("img", "laf", "PS", "normalize_lafs_before_extraction")
 
@@ -410,7 +410,7 @@ def probe(originals: Sequence[Any]) -> Finding:
     simple, pyramid = originals[0], originals[1]
     if _pyramid_level_rule(pyramid) is None:
         return unsupported("extract_patches_from_pyramid chooses pyramid levels in an unknown way")
-    img, laf = laf_probe_inputs(H=40, W=36)
+    img, laf = laf_inputs(H=40, W=36)
     for original, build in ((simple, build_extract_patches_simple), (pyramid, build_extract_patches_from_pyramid)):
         for PS in (5, 8):
             if not torch.equal(build(original)(img, laf, PS, True), original(img, laf, PS, True)):

@@ -37,19 +37,17 @@ the CPU reports (for tests).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import torch
 from torch._jit_internal import BroadcastingList2
 
+from .. import _options as options_manifest
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
 from .._torch_compat import cpu_capabilities
 
-ENV_FILTERS_CONV_HANG = "KORNIA_HALFPATCH_FILTERS_CONV_HANG"
-ENV_AVX512_FP16 = "KORNIA_HALFPATCH_CPU_AVX512_FP16"
-MODES = ("auto", "on", "off")
+HANG = options_manifest.FILTERS_CONV_HANG  # KORNIA_HALFPATCH_FILTERS_CONV_HANG: auto, on, off
 # The smallest kernel side measured to hang (1x15); every side from here up takes float32.
 HANG_KERNEL_SIDE = 15
 
@@ -66,17 +64,10 @@ def cpu_has_avx512_fp16() -> bool:
     """Whether the CPU reports avx512_fp16: torch's report, or the kernel's flags on a torch
     without torch.cpu.get_capabilities; ``KORNIA_HALFPATCH_CPU_AVX512_FP16=1|0`` overrides what it
     reports (for tests: a CPU without the flag, or with it, on any machine)."""
-    raw = os.environ.get(ENV_AVX512_FP16, "").strip().lower()
-    if raw in ("1", "yes", "true", "on"):
-        return True
-    if raw in ("0", "no", "false", "off"):
-        return False
+    forced = options_manifest.read_switch(options_manifest.CPU_AVX512_FP16)
+    if forced is not None:
+        return forced
     return bool(cpu_capabilities().get("avx512_fp16", False))
-
-
-def mode() -> str:
-    value = os.environ.get(ENV_FILTERS_CONV_HANG, "auto").strip().lower() or "auto"
-    return value if value in MODES else "auto"
 
 
 FILTER_ROW = Promote(
@@ -178,13 +169,12 @@ CONV2D_TARGET = Target(
 
 def _hang_finding() -> Finding:
     """Whether the hang workaround is on: forced by the variable, else the CPU's avx512_fp16."""
-    chosen = mode()
-    raw = os.environ.get(ENV_FILTERS_CONV_HANG)
-    if chosen == "off":
-        return not_needed(f"{ENV_FILTERS_CONV_HANG}=off")
-    if chosen == "on":
-        return bug_present(f"forced by {ENV_FILTERS_CONV_HANG}=on")
-    note = f" ({ENV_FILTERS_CONV_HANG}={raw!r} is not one of {', '.join(MODES)}: auto)" if raw and raw.strip().lower() not in MODES else ""
+    setting = options_manifest.resolve(HANG, {})  # the variable as it is now
+    if setting.value == "off":
+        return not_needed(f"{HANG.variable}=off")
+    if setting.value == "on":
+        return bug_present(f"forced by {HANG.variable}=on")
+    note = f" ({setting.problem}: auto)" if setting.problem else ""
     if cpu_has_avx512_fp16():
         return bug_present(f"this CPU reports avx512_fp16: float16 depthwise 1xk convolutions (k >= 15) hang in oneDNN{note}")
     return not_needed(f"this CPU does not report avx512_fp16{note}")

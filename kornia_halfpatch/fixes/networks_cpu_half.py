@@ -32,24 +32,20 @@ CUDA and MPS inputs take the release's path untouched.
 from __future__ import annotations
 
 import dataclasses
-import os
 import platform
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .. import _environment as environment
+from .. import _options as options_manifest
 from .._model import Finding, Fix, Target, bug_present, not_needed
 from .._torch_compat import FUNCTIONAL_CALL_TRACEABLE, cpu_autocast_enabled, cpu_capabilities, is_compiling
 from .filters_conv_hang import cpu_has_avx512_fp16
 
-OPTION = "cpu_half"  # the apply() option (and KORNIA_HALFPATCH_CPU_HALF)
 NAME = "networks_cpu_half"  # the fix
-MODES = ("auto", "native", "float32")
-ENV_CPU_HALF = environment.ENV_CPU_HALF
-# What "auto" believes about the CPU: 1 = it has float16 arithmetic, 0 = it has not.
-ENV_NATIVE_HALF = "KORNIA_HALFPATCH_CPU_NATIVE_HALF"
+CPU_HALF = options_manifest.CPU_HALF  # the apply() option cpu_half and KORNIA_HALFPATCH_CPU_HALF
+MODES = CPU_HALF.choices  # auto, native, float32
 
 # --------------------------------------------------------------------------------------------
 # The table: kornia's convolutional nn.Modules taking images or patches, per release. A module
@@ -165,7 +161,7 @@ def exemption(qualified: str) -> Optional[str]:
 # --------------------------------------------------------------------------------------------
 # Mode: apply() option beats the environment beats "auto"; auto asks the CPU's capabilities.
 
-_requested: Optional[str] = None  # apply(cpu_half=...), set by configure()
+_given: Dict[str, Any] = {}  # the apply() options configure() was last given
 
 
 def _capabilities() -> Dict[str, Any]:
@@ -192,7 +188,7 @@ def _torch_has_half_cpu_convolution() -> bool:
     # torch 2.1 raises '"slow_conv2d_cpu" not implemented for 'Half'' whatever the CPU: native
     # float16 is then no choice, the float32 path is the one that runs. Asked once per process:
     # status() reads it in every report, and the call costs milliseconds (oneDNN sets up a
-    # primitive for it), which every testing.isolated() block paid twice.
+    # primitive for it), which every testing.isolated() block would pay twice.
     if not _half_cpu_convolution:
         one = torch.ones(1, 1, 1, 1, dtype=torch.float16)
         try:
@@ -207,11 +203,9 @@ def _torch_has_half_cpu_convolution() -> bool:
 def cpu_native_half() -> Tuple[bool, str]:
     """(does this CPU compute float16 natively, why we think so): from reported capabilities,
     never from a timing. ``KORNIA_HALFPATCH_CPU_NATIVE_HALF`` overrides."""
-    raw = os.environ.get(ENV_NATIVE_HALF, "").strip().lower()
-    if raw in ("1", "yes", "true", "on"):
-        return True, f"{ENV_NATIVE_HALF}={raw}"
-    if raw in ("0", "no", "false", "off"):
-        return False, f"{ENV_NATIVE_HALF}={raw}"
+    forced = options_manifest.read_switch(options_manifest.CPU_NATIVE_HALF)
+    if forced is not None:
+        return forced, f"{options_manifest.CPU_NATIVE_HALF.variable}={options_manifest.CPU_NATIVE_HALF.raw()}"
     if not _torch_has_half_cpu_convolution():
         return False, f"torch {torch.__version__} has no float16 CPU convolution"
     machine = platform.machine().lower()
@@ -228,49 +222,26 @@ def cpu_native_half() -> Tuple[bool, str]:
 
 def resolve_mode() -> Tuple[str, str]:
     """(mode in force, why): ``"native"`` or ``"float32"``."""
-    note = ""
-    if _requested is not None:
-        chosen, source = _requested, f"apply(cpu_half={_requested!r})"
+    setting = options_manifest.resolve(CPU_HALF, _given)  # the environment read now
+    chosen, note = setting.value, f"; {setting.problem}: ignored" if setting.problem else ""
+    if CPU_HALF.name in _given:
+        source = f"apply(cpu_half={chosen!r})"
+    elif setting.source == CPU_HALF.variable:
+        source = f"{CPU_HALF.variable}={chosen}"
     else:
-        raw = os.environ.get(ENV_CPU_HALF, "").strip().lower()
-        if raw in MODES:
-            chosen, source = raw, f"{ENV_CPU_HALF}={raw}"
-        else:
-            chosen, source = "auto", "default"
-            if raw:
-                note = f"; {ENV_CPU_HALF}={raw!r} is not one of {', '.join(MODES)}: ignored"
+        source = "default"
     if chosen != "auto":
         return chosen, f"{source}{note}"
     native, why = cpu_native_half()
     return ("native" if native else "float32"), f"auto ({source}): {why}{note}"
 
 
-def validate_options(given: Dict[str, Any]) -> None:
-    """apply()'s own value must be a mode (raises); a bad environment value only warns."""
-    if OPTION in given and given[OPTION] not in MODES:
-        raise ValueError(f"cpu_half must be one of {', '.join(map(repr, MODES))}, got {given[OPTION]!r}")
-    raw = os.environ.get(ENV_CPU_HALF, "").strip().lower()
-    if raw and raw not in MODES and OPTION not in given:
-        import warnings
-
-        from .._safety import HalfPatchWarning
-
-        try:
-            warnings.warn(
-                f"{ENV_CPU_HALF}={raw!r} is not one of {', '.join(MODES)}: using 'auto'",
-                HalfPatchWarning,
-                stacklevel=4,
-            )
-        except Exception:  # noqa: BLE001 - a filter turning warnings into errors: the shim never breaks the program
-            pass
-
-
 def configure(given: Dict[str, Any]) -> None:
-    global _requested
-    value = given.get(OPTION)
-    if value is not None and value not in MODES:
-        raise ValueError(f"cpu_half must be one of {', '.join(map(repr, MODES))}, got {value!r}")
-    _requested = value
+    """Run by apply(): keep the apply() options given (the manifest checked them); the
+    environment is read when the mode is asked for."""
+    global _given
+    options_manifest.resolve(CPU_HALF, given)  # raises for a bad value
+    _given = dict(given)
 
 
 def probe(originals: Sequence[Any]) -> Finding:
@@ -514,9 +485,7 @@ FIX = Fix(
     targets=_targets(),
     probe=probe,
     probe_cache=False,
-    options=(OPTION,),
     configure=configure,
-    validate_options=validate_options,
     describe=describe,
     demonstration="kornia_halfpatch.demos.networks_cpu_half:demonstrate",
 )

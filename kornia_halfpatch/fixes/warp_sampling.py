@@ -41,7 +41,6 @@ device and autograd metadata only: TorchScript compiles it, dynamo inlines it wi
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from .. import _environment as environment
+from .. import _options as options_manifest
 from .._model import SCOPE_EVERYWHERE, SCOPE_KORNIA, Finding, Fix, Target, bug_present, not_needed
 from .._torch_compat import is_compiling
 
@@ -65,10 +65,8 @@ NO_KERNEL = "no-kernel"  # no half CPU kernel: widen so that the call runs
 OVERFLOW = "overflow"  # 16-bit offset overflow: widen so that the result is right
 AUTO = "auto"  # by torch version, probe for a torch newer than any measured
 PROBE = "probe"  # run the probe whatever the version
-CHOICES = (AUTO, PROBE, NONE, NO_KERNEL, OVERFLOW)
+CHOICES = options_manifest.GRID_SAMPLE_WORKAROUND.choices  # AUTO, PROBE, NONE, NO_KERNEL, OVERFLOW
 
-OPTION_WORKAROUND = "grid_sample_workaround"
-OPTION_EVERYWHERE = "grid_sample_everywhere"
 
 _KIND_TEXT = {
     NONE: "none: half CPU calls go to torch's own kernel",
@@ -169,48 +167,38 @@ def _torch_grid_sample() -> Callable[..., torch.Tensor]:
 
 
 # --------------------------------------------------------------------------------------------
-# Configuration (apply() options beat the environment variable beat "auto")
+# Configuration (kornia_halfpatch._options: apply() options beat the environment variable beat "auto")
 
 _config_lock = threading.Lock()
-_requested = (AUTO, "default")  # (choice, where it came from)
-_everywhere = False
+_given: Dict[str, Any] = {}  # the apply() options configure() was last given
 _active: Optional[Workaround] = None  # what the installed replacement does
+WORKAROUND = options_manifest.GRID_SAMPLE_WORKAROUND
+EVERYWHERE = options_manifest.GRID_SAMPLE_EVERYWHERE
 
 
-def _requested_configuration(options: Dict[str, Any]) -> Tuple[str, str, bool]:
-    """(workaround choice, where it came from, everywhere) from apply()'s options and the
-    environment; raises ValueError for a value the caller or the environment got wrong."""
-    if OPTION_WORKAROUND in options:
-        choice, source = options[OPTION_WORKAROUND], f"apply({OPTION_WORKAROUND}=...)"
-    elif os.environ.get(environment.ENV_GRID_SAMPLE_WORKAROUND, "").strip():
-        choice = os.environ[environment.ENV_GRID_SAMPLE_WORKAROUND].strip().lower()
-        source = environment.ENV_GRID_SAMPLE_WORKAROUND
-    else:
-        choice, source = AUTO, "default"
-    if choice not in CHOICES:
-        raise ValueError(f"{source}: unknown grid_sample workaround {choice!r}; choose one of {', '.join(CHOICES)}")
-    everywhere = options.get(OPTION_EVERYWHERE, False)
-    if not isinstance(everywhere, bool):
-        raise ValueError(f"{OPTION_EVERYWHERE} must be True or False, got {everywhere!r}")
-    return choice, source, everywhere
-
-
-def validate_options(options: Dict[str, Any]) -> None:
-    """Run by apply() before anything is patched: bad values raise there, in the caller's code."""
-    _requested_configuration(options)
-
-
-def configure(options: Dict[str, Any]) -> None:
-    global _requested, _everywhere
-    choice, source, everywhere = _requested_configuration(options)
+def configure(given: Dict[str, Any]) -> None:
+    """Run by apply() before the probe: keep the apply() options given (the manifest raises for a
+    bad value, which apply() has already checked); the environment is read when asked."""
+    global _given
+    for option in (WORKAROUND, EVERYWHERE):
+        options_manifest.resolve(option, given)
     with _config_lock:
-        _requested = (choice, source)
-        _everywhere = everywhere
+        _given = dict(given)
+
+
+def _requested() -> Tuple[str, str]:
+    """(workaround choice, where it came from): apply()'s option, else the variable now, else auto."""
+    setting = options_manifest.resolve(WORKAROUND, _given)
+    return setting.value, setting.source
+
+
+def _everywhere() -> bool:
+    return bool(options_manifest.resolve(EVERYWHERE, _given).value)
 
 
 def choose_workaround() -> Workaround:
     """The workaround the current configuration selects (may run the probe)."""
-    choice, source = _requested
+    choice, source = _requested()
     if choice in (NONE, NO_KERNEL, OVERFLOW):
         return Workaround(choice, f"forced by {source} on torch {torch.__version__}")
     if choice == PROBE:
@@ -235,12 +223,12 @@ def current_workaround() -> Workaround:
 
 
 def _scope() -> str:
-    return SCOPE_EVERYWHERE if _everywhere else SCOPE_KORNIA
+    return SCOPE_EVERYWHERE if _everywhere() else SCOPE_KORNIA
 
 
 def _status_line() -> str:
     if _installed():
-        where = "every caller (grid_sample_everywhere=True)" if _everywhere else "kornia's calls only"
+        where = "every caller (grid_sample_everywhere=True)" if _everywhere() else "kornia's calls only"
         return f"{current_workaround().describe()} [in force for {where}]"
     return f"{current_workaround().describe()} [not applied; apply() would choose this]"
 
@@ -459,8 +447,6 @@ FIX = Fix(
     ),
     probe=probe,
     demonstration="kornia_halfpatch.demos.warp_sampling:demonstrate",
-    options=(OPTION_WORKAROUND, OPTION_EVERYWHERE),
     configure=configure,
-    validate_options=validate_options,
     describe=_status_line,
 )

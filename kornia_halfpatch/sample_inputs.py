@@ -14,7 +14,7 @@ import torch
 # Images and LAFs for patch extraction (feature_patches)
 
 
-def laf_probe_inputs(
+def laf_inputs(
     dtype: torch.dtype = torch.float32, B: int = 2, N: int = 6, CH: int = 3, H: int = 48, W: int = 40
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Deterministic image and rotated LAFs, some crossing the border, several scales."""
