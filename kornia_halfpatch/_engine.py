@@ -130,6 +130,8 @@ def _forget_torchscript_class(cls: Any) -> None:
 # nothing else, so re-applying (after every unpatched() block) reuses it instead of generating
 # and compiling its source again. Hand-written builders may read configure()'d options: rebuilt.
 _built: Dict[Tuple[int, int], Tuple[Target, Any, Any]] = {}
+# id(row replacement) -> (the replacement, parent, attribute, path, scope) it was given identity for.
+_identity_given: Dict[int, Tuple[Any, Any, str, str, str]] = {}
 
 
 def _build(target: Target, found: "Resolved") -> Any:
@@ -137,13 +139,24 @@ def _build(target: Target, found: "Resolved") -> Any:
     original = found[2]
     key = (id(target), id(original))
     cached = _built.get(key)
+    scope = _scope(target)
+    # The identity given to a reused row replacement: its names, signature and pickle reference
+    # follow from (parent, attribute, original, path) and the scope alone, so a row reinstalled
+    # at the same place keeps what it was given (re-reading the original's signature and
+    # defaults was a third of a testing.isolated() cycle).
+    where = (found[1], found[3], scope)
     if cached is not None and cached[0] is target and cached[1] is original:
         replacement = cached[2]
+        given = _identity_given.get(id(replacement))
+        if given is not None and given[0] is replacement and given[1] is found[0] and given[2:] == where:
+            return replacement
     else:
         replacement = target.build(original)
         if target.row is not None:
             _built[key] = (target, original, replacement)
-    give_identity(replacement, found, _scope(target))
+    give_identity(replacement, found, scope)
+    if target.row is not None:
+        _identity_given[id(replacement)] = (replacement, found[0], *where)
     return replacement
 
 
