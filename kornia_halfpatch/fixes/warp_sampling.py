@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from .. import _environment as environment
+from .. import _probe_cache as probe_cache
 from .._model import SCOPE_EVERYWHERE, SCOPE_KORNIA, Finding, Fix, Target, bug_present, not_needed
 from .._torch_compat import is_compiling
 
@@ -148,8 +149,16 @@ def probed_kernel() -> str:
     global _probe_result
     with _probe_lock:
         if _probe_result is None:
-            _probe_result = probe_half_cpu_kernel()
+            _probe_result = probe_cache.remembered(
+                "warp_sampling:half_cpu_kernel", probe_half_cpu_kernel, str, _known_kernel_verdict
+            )
         return _probe_result
+
+
+def _known_kernel_verdict(stored: Any) -> str:
+    if stored not in (NONE, NO_KERNEL, OVERFLOW):
+        raise ValueError(stored)
+    return stored
 
 
 def _probe_workaround(why: str) -> Workaround:
