@@ -153,11 +153,26 @@ def fingerprint(obj: Any) -> Optional[Any]:
             raise _Unkeyable
         return [
             type(obj).__name__, function.__module__, function.__qualname__, code.co_filename, code.co_firstlineno,
-            hashlib.sha256(code.co_code).hexdigest()[:24], inner,
+            _code_digest(code), inner,
         ]
     if isinstance(function, (types.BuiltinFunctionType, type)):
         return [type(function).__name__, getattr(function, "__module__", None), getattr(function, "__qualname__", None)]
     raise _Unkeyable
+
+
+def _code_digest(code: types.CodeType) -> str:
+    """A hash of what a function computes: its bytecode, names and constants (nested code
+    objects by their own hash; sets sorted, their order varies with the hash seed)."""
+    digest = hashlib.sha256(code.co_code)
+    digest.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            digest.update(_code_digest(constant).encode())
+        elif isinstance(constant, frozenset):
+            digest.update(repr(sorted(map(repr, constant))).encode())
+        else:
+            digest.update(repr(constant).encode())
+    return digest.hexdigest()[:24]
 
 
 class _Unkeyable(Exception):

@@ -309,9 +309,17 @@ def _warning_stacklevel(function: Any) -> int:
     known = _stacklevels.get(id(function))
     if known is not None and known[0] is function:
         return known[1]
-    level = _read_warning_stacklevel(function)
+    level = probe_cache.remembered(
+        "warp_sampling:warning_stacklevel", lambda: _read_warning_stacklevel(function), int, _an_int, originals=(function,)
+    )
     _stacklevels[id(function)] = (function, level)
     return level
+
+
+def _an_int(stored: Any) -> int:
+    if not isinstance(stored, int) or isinstance(stored, bool):
+        raise TypeError(stored)
+    return stored
 
 
 def _read_warning_stacklevel(function: Any) -> int:
