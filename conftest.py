@@ -6,12 +6,19 @@ sys.path.insert(0, str(Path(__file__).parent / "tests" / "golden"))
 
 pytest_plugins = ["pytester"]
 
+# Probes run in the tests, as they did before the probe cache: tests replace probes and their
+# inputs and count their runs, and a verdict kept on disk by another run (another checkout,
+# another environment) must not stand in for them. Subprocesses inherit the variable;
+# tests/test_probe_cache.py turns the cache on in directories of its own.
+import os  # noqa: E402
+
+os.environ["KORNIA_HALFPATCH_CACHE"] = "0"
+
 # cpu_half's mode is pinned for this project's tests: "auto" picks float32 on CPUs without float16
 # arithmetic (most CI runners) and native here (avx512_fp16), and the other fixes' half-precision
 # oracles (feature_descriptors's network in float16, kornia 0.9.0's outputs) assume native float16.
 # Subprocesses inherit the variable; the plugin applied before this file ran, so it is re-applied.
 # tests/test_fix_networks_cpu_half.py asks for its modes explicitly (apply()'s option beats the variable).
-import os  # noqa: E402
 
 def _torch_has_half_cpu_convolution():
     # torch 2.1 has no float16 CPU convolution: "native" cannot run a network there, so the

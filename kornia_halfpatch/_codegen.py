@@ -25,15 +25,20 @@ SOSNet/HyNet/HardNet).
 from __future__ import annotations
 
 import ast
+import base64
+import hashlib
 import inspect
 import itertools
 import linecache
+import marshal
 import threading
 import types
 import typing
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+
+from . import _probe_cache as probe_cache
 
 HALF_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # A per-output rule: "narrow" (floating outputs to the triggering half dtype) or "float32"
@@ -262,8 +267,35 @@ def _register_source(source: str, label: str) -> str:
 
 def define(source: str, name: str, namespace: Dict[str, Any], label: str) -> Callable[..., Any]:
     filename = _register_source(source, label)
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    exec(_with_filename(_compiled(source), filename), namespace)  # noqa: S102 - our own generated code
     return namespace[name]
+
+
+_PLACEHOLDER_FILENAME = "<kornia_halfpatch generated>"
+
+
+def _compiled(source: str) -> types.CodeType:
+    """``compile(source)``, kept on disk by the source's hash for the next process
+    (``_probe_cache``; compiling the rows' wrappers was a fifth of a first apply())."""
+    def encode(code: types.CodeType) -> str:
+        return base64.b64encode(marshal.dumps(code)).decode("ascii")
+
+    def decode(stored: Any) -> types.CodeType:
+        code = marshal.loads(base64.b64decode(stored))
+        if not isinstance(code, types.CodeType) or code.co_filename != _PLACEHOLDER_FILENAME:
+            raise TypeError("not this source's code")
+        return code
+
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    return probe_cache.remembered(
+        f"compiled:{digest}", lambda: compile(source, _PLACEHOLDER_FILENAME, "exec"), encode, decode, by_settings=False
+    )
+
+
+def _with_filename(code: types.CodeType, filename: str) -> types.CodeType:
+    """``code`` and the code objects it holds (the function's), named after ``filename``."""
+    constants = tuple(_with_filename(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=constants)
 
 
 # id(function) -> (function, what its signature is read from, the signature): a wrapper's

@@ -39,6 +39,7 @@ from . import _environment as environment
 from . import _installed as state
 from . import _kornia_scope as kornia_scope
 from . import _lookups
+from . import _probe_cache as probe_cache
 from ._bindings import BindingIndex, is_kornia_module
 from ._identity import give_identity
 from ._import_hook import run_when_kornia_is_imported
@@ -130,6 +131,8 @@ def _forget_torchscript_class(cls: Any) -> None:
 # nothing else, so re-applying (after every unpatched() block) reuses it instead of generating
 # and compiling its source again. Hand-written builders may read configure()'d options: rebuilt.
 _built: Dict[Tuple[int, int], Tuple[Target, Any, Any]] = {}
+# id(row replacement) -> (the replacement, parent, attribute, path, scope) it was given identity for.
+_identity_given: Dict[int, Tuple[Any, Any, str, str, str]] = {}
 
 
 def _build(target: Target, found: "Resolved") -> Any:
@@ -137,13 +140,24 @@ def _build(target: Target, found: "Resolved") -> Any:
     original = found[2]
     key = (id(target), id(original))
     cached = _built.get(key)
+    scope = _scope(target)
+    # The identity given to a reused row replacement: its names, signature and pickle reference
+    # follow from (parent, attribute, original, path) and the scope alone, so a row reinstalled
+    # at the same place keeps what it was given (re-reading the original's signature and
+    # defaults was a third of a testing.isolated() cycle).
+    where = (found[1], found[3], scope)
     if cached is not None and cached[0] is target and cached[1] is original:
         replacement = cached[2]
+        given = _identity_given.get(id(replacement))
+        if given is not None and given[0] is replacement and given[1] is found[0] and given[2:] == where:
+            return replacement
     else:
         replacement = target.build(original)
         if target.row is not None:
             _built[key] = (target, original, replacement)
-    give_identity(replacement, found, _scope(target))
+    give_identity(replacement, found, scope)
+    if target.row is not None:
+        _identity_given[id(replacement)] = (replacement, found[0], *where)
     return replacement
 
 
@@ -260,6 +274,34 @@ def _settings(given: Optional[Dict[str, Any]]) -> Tuple[Tuple[Tuple[str, str], .
     return variables, options
 
 
+def _is_registered(fix: Fix) -> bool:
+    """``fix`` is the shim's own fix of that name (not a stand-in of a test's registry)."""
+    module = sys.modules.get(f"{__package__}.fixes.{fix.name}")
+    return module is not None and getattr(module, "FIX", None) is fix
+
+
+def _remembered_finding(fix: Fix, what: str, ask: Any, originals: Any, given: Optional[Dict[str, Any]]) -> Finding:
+    """``ask()``'s Finding, kept between processes (``_probe_cache``) for the shim's own fixes."""
+    if not _is_registered(fix):
+        return ask()
+    return probe_cache.remembered(
+        f"{what}:{fix.name}", ask, _encode_finding, _decode_finding, originals=originals, options=given
+    )
+
+
+def _encode_finding(finding: Finding) -> List[str]:
+    if not isinstance(finding, Finding):
+        raise TypeError("not a Finding")  # kept in memory only, as returned
+    return [finding.verdict.name, finding.reason]
+
+
+def _decode_finding(stored: Any) -> Finding:
+    verdict, reason = stored
+    if not isinstance(reason, str):
+        raise TypeError(reason)
+    return Finding(Verdict[verdict], reason)
+
+
 def _gate(
     fix: Fix, kornia_version: Optional[str], given: Optional[Dict[str, Any]] = None
 ) -> Tuple[Optional[List[Optional[Resolved]]], Finding]:
@@ -288,7 +330,7 @@ def _gate(
         resolved.append(found)
     if all(found is None for found in resolved):
         if fix.when_absent is not None:
-            return None, fix.when_absent()
+            return None, _remembered_finding(fix, "absent", fix.when_absent, (), given)
         return None, Finding(Verdict.ABSENT, f"target absent in kornia {kornia_version}")
     originals = [found[2] if found else None for found in resolved]
     key = (id(fix), kornia_version, tuple(id(original) for original in originals), *_settings(given))
@@ -297,7 +339,10 @@ def _gate(
     if fix.probe_cache and cached is not None and cached[0] is fix and all(a is b for a, b in zip(cached[1], originals)):
         finding = cached[2]
     else:
-        finding = fix.probe(originals)
+        if fix.probe_cache:
+            finding = _remembered_finding(fix, "probe", lambda: fix.probe(originals), originals, given)
+        else:
+            finding = fix.probe(originals)
         if fix.probe_cache:
             _findings[key] = (fix, tuple(originals), finding)
     if not finding.needed:
@@ -482,6 +527,7 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
                 state.set_status(item.fix.name, item.status)
             else:
                 state.set_status(item.fix.name, _install_evaluated(item, notes, index))
+    probe_cache.save()  # what this pass's probes found, for the next process
     # Outside the probes' state, where the caller's warning filters apply again.
     for note in notes:
         warn(note, stacklevel=4)

@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from . import _probe_cache as probe_cache
+
 HALF = ("float16", "bfloat16")
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 _SHOWN = {"float16": "Half", "bfloat16": "BFloat16"}
@@ -123,11 +125,18 @@ def _probe(name: str) -> Tuple[str, ...]:
 
 def missing(name: str) -> Tuple[str, ...]:
     """The half dtypes (``"float16"``, ``"bfloat16"``) with no CPU kernel for ``name`` in this
-    torch; probed on first use, then remembered for the process."""
+    torch; probed on first use, then remembered for the process (and kept on disk for the next
+    process on this installation, ``_probe_cache``)."""
     with _lock:
         if name not in _found:
-            _found[name] = _probe(name)
+            _found[name] = probe_cache.remembered(f"kernel:{name}", lambda: _probe(name), list, _decode_dtypes)
         return _found[name]
+
+
+def _decode_dtypes(stored: Any) -> Tuple[str, ...]:
+    if not isinstance(stored, list) or any(dtype not in HALF for dtype in stored):
+        raise ValueError(stored)
+    return tuple(stored)
 
 
 def lacking(kernels: Iterable[str], half: Sequence[str] = HALF) -> Tuple[str, ...]:

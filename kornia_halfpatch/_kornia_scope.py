@@ -25,9 +25,11 @@ import types
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
+from . import _probe_cache as probe_cache
 from ._bindings import BindingIndex, is_kornia_module, module_items, modules_now
 from ._installed import Entry, kornia_scoped_entries, lock, registry, status_of
 from ._model import SCOPE_KORNIA, Fix, FixStatus
+from ._probe_cache import OWN_VARIABLES
 from ._safety import outside_compiler
 
 SETTINGS_PREFIX = "KORNIA_HALFPATCH_"  # every environment variable of the shim and its fixes
@@ -94,26 +96,65 @@ def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str]) -
     known = cached[1]
     missing = {attribute for attribute in attributes if attribute not in known}
     if missing:
-        found: Dict[str, Routes] = {attribute: set() for attribute in missing}
-        for function in _functions_of(namespace):
-            if function.__globals__ is not namespace:
-                continue
-            for code in _code_objects(function.__code__):
-                if missing.isdisjoint(code.co_names):
-                    continue
-                instructions = list(dis.get_instructions(code))
-                for index, instruction in enumerate(instructions):
-                    if instruction.opname not in ("LOAD_ATTR", "LOAD_METHOD") or instruction.argval not in missing:
-                        continue
-                    chain: List[str] = []
-                    position = index - 1
-                    while position >= 0 and instructions[position].opname == "LOAD_ATTR":
-                        chain.append(instructions[position].argval)
-                        position -= 1
-                    if position >= 0 and instructions[position].opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-                        found[instruction.argval].add((instructions[position].argval, tuple(reversed(chain))))
-        known.update(found)
+        known.update(_stored_routes(namespace, missing))
     return {attribute: known[attribute] for attribute in attributes}
+
+
+def _stored_routes(namespace: Dict[str, Any], attributes: Set[str]) -> Dict[str, Routes]:
+    """``_read_routes``, kept on disk for the next process (``_probe_cache``) by the module's
+    name and source file (path, modification time, size): the routes follow from its code."""
+    source = namespace.get("__file__")
+    try:
+        mtime, size = _file_stamp(source)
+        what = f"routes:{namespace['__name__']}:{source}:{mtime}:{size}:{','.join(sorted(attributes))}"
+    except Exception:  # noqa: BLE001 - no source file to stamp (a namespace package, a test's module)
+        return _read_routes(namespace, attributes)
+    return probe_cache.remembered(
+        what, lambda: _read_routes(namespace, attributes), _encode_routes, _decode_routes, by_settings=False
+    )
+
+
+def _file_stamp(path: Any) -> Tuple[int, int]:
+    status = os.stat(path)
+    return status.st_mtime_ns, status.st_size
+
+
+def _encode_routes(routes: Dict[str, Routes]) -> Dict[str, List[Any]]:
+    return {attribute: sorted([root, list(chain)] for root, chain in found) for attribute, found in routes.items()}
+
+
+def _decode_routes(stored: Any) -> Dict[str, Routes]:
+    routes: Dict[str, Routes] = {}
+    for attribute, found in stored.items():
+        routes[attribute] = set()
+        for root, chain in found:
+            if not isinstance(root, str) or not all(isinstance(name, str) for name in chain):
+                raise TypeError(root)
+            routes[attribute].add((root, tuple(chain)))
+    return routes
+
+
+def _read_routes(namespace: Dict[str, Any], missing: Set[str]) -> Dict[str, Routes]:
+    """The routes to each of ``missing``, read from the bytecode (see ``_routes_by_attribute``)."""
+    found: Dict[str, Routes] = {attribute: set() for attribute in missing}
+    for function in _functions_of(namespace):
+        if function.__globals__ is not namespace:
+            continue
+        for code in _code_objects(function.__code__):
+            if missing.isdisjoint(code.co_names):
+                continue
+            instructions = list(dis.get_instructions(code))
+            for index, instruction in enumerate(instructions):
+                if instruction.opname not in ("LOAD_ATTR", "LOAD_METHOD") or instruction.argval not in missing:
+                    continue
+                chain: List[str] = []
+                position = index - 1
+                while position >= 0 and instructions[position].opname == "LOAD_ATTR":
+                    chain.append(instructions[position].argval)
+                    position -= 1
+                if position >= 0 and instructions[position].opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                    found[instruction.argval].add((instructions[position].argval, tuple(reversed(chain))))
+    return found
 
 
 # id(namespace) -> (namespace, the attribute names read, those its code reaches by a route):
@@ -261,9 +302,12 @@ class Pass:
 
     def settings_variables(self) -> Tuple[Tuple[str, str], ...]:
         """The shim's environment variables (``KORNIA_HALFPATCH_*``), read once per pass:
-        ``os.environ.items()`` decodes every variable of the process, for every fix."""
+        ``os.environ.items()`` decodes every variable of the process, for every fix. Not the probe
+        cache's own: they say where answers are kept, not what a probe finds."""
         if self._variables is None:
-            self._variables = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(SETTINGS_PREFIX)))
+            self._variables = tuple(
+                sorted((k, v) for k, v in os.environ.items() if k.startswith(SETTINGS_PREFIX) and k not in OWN_VARIABLES)
+            )
         return self._variables
 
     def kornia_modules(self) -> List[Tuple[str, Any, Dict[str, Any]]]:

@@ -22,6 +22,7 @@ SWITCH = "switch"  # 1/yes/true/on or 0/no/false/off; anything else: not set
 FLAG = "flag"  # set unless empty or 0/false/no/off
 NAMES = "names"  # comma-separated fix names
 BOOLEAN = "boolean"  # apply() keyword only: True or False
+PATH = "path"  # a directory, read as written (not lower-cased)
 
 # What a value outside ``choices`` set in the environment does (a bad apply() keyword always raises).
 RAISE = "raise"  # apply() raises ValueError before anything is patched
@@ -58,6 +59,8 @@ class Option:
             return "1 to set"
         if self.kind == NAMES:
             return "comma-separated fix names"
+        if self.kind == PATH:
+            return "a directory"
         return "True or False"
 
 
@@ -97,9 +100,17 @@ CPU_AVX512_FP16 = Option(
     "cpu_avx512_fp16", "whether the CPU is taken to report avx512_fp16 (1 or 0), instead of asking it",
     SWITCH, variable="KORNIA_HALFPATCH_CPU_AVX512_FP16", fix="filters_conv_hang",
 )
+CACHE = Option(
+    "cache", "keep what a first apply() learns (probe answers) on disk for the next process on this installation",
+    SWITCH, True, variable="KORNIA_HALFPATCH_CACHE",
+)
+CACHE_DIR = Option(
+    "cache_dir", "where that cache lives (else $XDG_CACHE_HOME/kornia-halfpatch, or ~/.cache/kornia-halfpatch)",
+    PATH, variable="KORNIA_HALFPATCH_CACHE_DIR",
+)
 
 OPTIONS: Tuple[Option, ...] = (
-    DISABLE, FIXES, EXCLUDE, AUTO,
+    DISABLE, FIXES, EXCLUDE, AUTO, CACHE, CACHE_DIR,
     GRID_SAMPLE_WORKAROUND, GRID_SAMPLE_EVERYWHERE, CPU_HALF, CPU_NATIVE_HALF, FILTERS_CONV_HANG, CPU_AVX512_FP16,
 )
 
@@ -127,6 +138,11 @@ def read_names(option: Option) -> Optional[Tuple[str, ...]]:
     if raw is None or not raw.strip():
         return None
     return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def read_path(option: Option) -> str:
+    """The variable's value as written (stripped), "" when unset."""
+    return os.environ.get(option.variable or "", "").strip()
 
 
 def read_switch(option: Option) -> Optional[bool]:

@@ -49,6 +49,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from .. import _probe_cache as probe_cache
 from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
 from .._torch_compat import is_compiling
 from ..sample_inputs import laf_inputs
@@ -379,8 +380,21 @@ _LEVEL_RULES: Dict[Any, Optional[int]] = {}
 def _pyramid_level_rule(pyramid: Any) -> Optional[int]:
     # Probed once per original per process: apply() runs after every unpatched() block.
     if pyramid not in _LEVEL_RULES:
-        _LEVEL_RULES[pyramid] = _probe_pyramid_level_rule(pyramid)
+        _LEVEL_RULES[pyramid] = probe_cache.remembered(
+            "feature_patches:pyramid_level_rule", lambda: _probe_pyramid_level_rule(pyramid), _same, _known_level_rule,
+            originals=(pyramid,),
+        )
     return _LEVEL_RULES[pyramid]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _known_level_rule(stored: Any) -> Optional[int]:
+    if stored not in (None, LEVEL_WHILE_PREVIOUS_FITS, LEVEL_WHILE_CURRENT_FITS):
+        raise ValueError(stored)
+    return stored
 
 
 def _probe_pyramid_level_rule(pyramid: Any) -> Optional[int]:

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .. import _options as options_manifest
+from .. import _probe_cache as probe_cache
 from .._model import Finding, Fix, Target, bug_present, not_needed
 from .._torch_compat import FUNCTIONAL_CALL_TRACEABLE, cpu_autocast_enabled, cpu_capabilities, is_compiling
 from .filters_conv_hang import cpu_has_avx512_fp16
@@ -190,14 +191,25 @@ def _torch_has_half_cpu_convolution() -> bool:
     # status() reads it in every report, and the call costs milliseconds (oneDNN sets up a
     # primitive for it), which every testing.isolated() block would pay twice.
     if not _half_cpu_convolution:
-        one = torch.ones(1, 1, 1, 1, dtype=torch.float16)
-        try:
-            torch.nn.functional.conv2d(one, one)
-        except (RuntimeError, NotImplementedError):
-            _half_cpu_convolution.append(False)
-        else:
-            _half_cpu_convolution.append(True)
+        _half_cpu_convolution.append(
+            probe_cache.remembered("networks_cpu_half:half_cpu_convolution", _probe_half_cpu_convolution, bool, _a_bool)
+        )
     return _half_cpu_convolution[0]
+
+
+def _probe_half_cpu_convolution() -> bool:
+    one = torch.ones(1, 1, 1, 1, dtype=torch.float16)
+    try:
+        torch.nn.functional.conv2d(one, one)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def _a_bool(stored: Any) -> bool:
+    if not isinstance(stored, bool):
+        raise TypeError(stored)
+    return stored
 
 
 def cpu_native_half() -> Tuple[bool, str]:

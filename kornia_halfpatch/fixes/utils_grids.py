@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .. import _probe_cache as probe_cache
 from .._model import Finding, Fix, Target, bug_present, not_needed
 
 MESHGRID_PARAMETERS = ("height", "width", "normalized_coordinates", "device", "dtype")
@@ -192,19 +193,31 @@ def _ramp_is_the_releases(original: Any, axes: Any) -> bool:
     axis (NaN included), on sides with inexact quotients. ``axes(original, size)`` returns the
     release's ramps of that size. If not, half normalized grids narrow the release's own float32
     grid (eager and compiled then differ where inductor's arithmetic does). Computed once per
-    original (kept alive with the answer, so its id is not reused)."""
+    original (kept alive with the answer, so its id is not reused), and kept on disk for the next
+    process (``_probe_cache``)."""
     key = (id(original), id(axes))
     known = _ramp_answers.get(key)
     if known is not None and known[0] is original and known[1] is axes:
         return known[2]
-    answer = True
+    answer = probe_cache.remembered(
+        f"utils_grids:ramp:{axes.__name__}", lambda: _compare_ramps(original, axes), bool, _a_bool, originals=(original,)
+    )
+    _ramp_answers[key] = (original, axes, answer)
+    return answer
+
+
+def _compare_ramps(original: Any, axes: Any) -> bool:
     for size in _RAMP_CHECK_SIDES:
         expected = _normalized_ramp(size, torch.device("cpu"))
         if not all(_same_bits(ramp, expected) for ramp in axes(original, size)):
-            answer = False
-            break
-    _ramp_answers[key] = (original, axes, answer)
-    return answer
+            return False
+    return True
+
+
+def _a_bool(stored: Any) -> bool:
+    if not isinstance(stored, bool):
+        raise TypeError(stored)
+    return stored
 
 
 def _ramps_2d(original: Any, size: int) -> List[torch.Tensor]:

@@ -50,6 +50,7 @@ import torch
 
 from .. import _environment as environment
 from .. import _options as options_manifest
+from .. import _probe_cache as probe_cache
 from .._model import SCOPE_EVERYWHERE, SCOPE_KORNIA, Finding, Fix, Target, bug_present, not_needed
 from .._torch_compat import is_compiling
 
@@ -146,8 +147,16 @@ def probed_kernel() -> str:
     global _probe_result
     with _probe_lock:
         if _probe_result is None:
-            _probe_result = probe_half_cpu_kernel()
+            _probe_result = probe_cache.remembered(
+                "warp_sampling:half_cpu_kernel", probe_half_cpu_kernel, str, _known_kernel_verdict
+            )
         return _probe_result
+
+
+def _known_kernel_verdict(stored: Any) -> str:
+    if stored not in (NONE, NO_KERNEL, OVERFLOW):
+        raise ValueError(stored)
+    return stored
 
 
 def _probe_workaround(why: str) -> Workaround:
@@ -288,9 +297,17 @@ def _warning_stacklevel(function: Any) -> int:
     known = _stacklevels.get(id(function))
     if known is not None and known[0] is function:
         return known[1]
-    level = _read_warning_stacklevel(function)
+    level = probe_cache.remembered(
+        "warp_sampling:warning_stacklevel", lambda: _read_warning_stacklevel(function), int, _an_int, originals=(function,)
+    )
     _stacklevels[id(function)] = (function, level)
     return level
+
+
+def _an_int(stored: Any) -> int:
+    if not isinstance(stored, int) or isinstance(stored, bool):
+        raise TypeError(stored)
+    return stored
 
 
 def _read_warning_stacklevel(function: Any) -> int:
