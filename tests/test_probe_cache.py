@@ -218,8 +218,8 @@ for name, entry in _installed.every_entry():
 print(json.dumps({
     "sources": sources,
     "fixes": {name: [s.verdict.name, s.reason, s.targets, s.rebound, s.stale,
-                     [[r.target, r.verdict.name, r.reason] for r in s.rows]] for name, s in report.fixes.items()},
-    "probes": report.probes,
+                     [[r.target, r.verdict.name, r.reason] for r in s.target_statuses]] for name, s in report.fixes.items()},
+    "facts": report.facts,
     "runs": runs,
 }))
 """
@@ -244,6 +244,6 @@ def test_a_warm_first_apply_reports_what_a_cold_one_does_without_probing(tmp_pat
     assert set(warm["runs"]) <= {"networks_cpu_half"}, warm["runs"]
     for name in off["fixes"]:
         assert warm["fixes"][name] == cold["fixes"][name] == off["fixes"][name], name
-    assert warm["probes"] == cold["probes"] == off["probes"]
+    assert warm["facts"] == cold["facts"] == off["facts"]
     # The generated wrappers (their code read from the cache when warm) have the same source.
     assert warm["sources"] and warm["sources"] == cold["sources"] == off["sources"]
