@@ -829,10 +829,23 @@ def median_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return gray_patch_image(dtype) + ((3, 3),)
 
 
-def max_blur_pool_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """A (2, 3, 8, 8) image, a 3x3 Pascal kernel per channel, stride 2, max-pool size 2, no ceil."""
-    kernel = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
-    return gray_patch_image(dtype) + (kernel.to(dtype).repeat(3, 1, 1, 1), 2, 2, False)
+def blur_pool_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (1, 3, 16, 16) image and a 9x9 Pascal kernel (normalising sum 65536: Inf in float16)."""
+    return rgb_image(dtype) + (9,)
+
+
+def blur_pool_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """BlurPool2D(9) and a (1, 3, 16, 16) image (its float32 kernel's smallest weight, 2^-16, is a
+    float16 subnormal)."""
+    from kornia.filters import BlurPool2D
+
+    return (BlurPool2D(9),) + rgb_image(dtype)
+
+
+def max_blur_pool_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    from kornia.filters import MaxBlurPool2D
+
+    return (MaxBlurPool2D(9),) + rgb_image(dtype)
 
 
 def edge_aware_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
@@ -910,7 +923,10 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "compute_correspond_epilines": epiline_call,
     "relative_camera_motion": two_camera_poses,
     "projection_from_KRt": camera_krt,
-    "_max_blur_pool_by_kernel2d": max_blur_pool_call,
+    "blur_pool2d": blur_pool_call,
+    "max_blur_pool2d": blur_pool_call,
+    "BlurPool2D.forward": blur_pool_module_call,
+    "MaxBlurPool2D.forward": max_blur_pool_module_call,
     "edge_aware_blur_pool2d": edge_aware_blur_call,
     "rgb_to_hls": gray_patch_image,
     "rgb_to_hsv": gray_patch_image,

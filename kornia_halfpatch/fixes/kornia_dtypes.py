@@ -30,6 +30,22 @@ _row = table(Promote, optional=True)
 
 ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
 
+# The Pascal kernel of side k is the outer product of binomial rows normalised by its sum,
+# 4^(k-1): built in the input's dtype, that sum is 65536 for k = 9 (Inf in float16, so every
+# weight is 0 and the pooled image all zeros) and the unnormalised product overflows from k = 15
+# (Inf / Inf: NaN); bfloat16 rounds the binomials themselves past 256.
+BLUR_POOL = (
+    "the Pascal kernel is built in the input's dtype: its normalising sum 4^(k-1) is 65536 for k = 9, Inf in "
+    "float16 (all-zero output), Inf/Inf = NaN from k = 15: kernel and pooling in float32, narrowed once"
+)
+# The modules build their kernel in float32 and cast it to the input's dtype per call: from k = 9
+# its smallest weights (4^-(k-1), 1.5e-5 for k = 9) are float16 subnormals with a few significant
+# bits, and from k = 15 (3.7e-9) they flush to 0, before the half convolution rounds again.
+BLUR_POOL_MODULE = (
+    "the module's float32 Pascal kernel is cast to the input's dtype: from k = 9 its smallest weights "
+    "(4^-(k-1)) are float16 subnormals, from k = 15 they flush to 0: kernel and pooling in float32, narrowed once"
+)
+
 ROWS = (
     # color
     _row("kornia.color.hls:rgb_to_hls", ZERO_CHROMA + " (and saturation)"),
@@ -87,6 +103,12 @@ ROWS = (
          "0.8.x: the module's slow_and_differentiable path builds a soft histogram in half, not through "
          "otsu_threshold: in bfloat16 its threshold lands two half steps off (0.5391 for 0.5373 on a 64x64 "
          "random image) and every pixel between flips; in float32"),
+    _row("kornia.filters.blur_pool:blur_pool2d", BLUR_POOL),
+    _row("kornia.filters.blur_pool:max_blur_pool2d",
+         BLUR_POOL + "; max_pool2d, which has no float16 CPU kernel in older torch, runs in float32 with it"),
+    _row("kornia.filters.blur_pool:BlurPool2D.forward", BLUR_POOL_MODULE),
+    _row("kornia.filters.blur_pool:MaxBlurPool2D.forward",
+         BLUR_POOL_MODULE + "; max_pool2d, which has no float16 CPU kernel in older torch, runs in float32 with it"),
     _row("kornia.filters.gaussian:gaussian_blur2d",
          "the Gaussian kernel rounded to half, and the separable passes each rounded: 1.5x (float16) / 2.3x "
          "(bfloat16) the error of the float32 blur rounded once, separable and full kernels disagree by an ulp "
@@ -204,8 +226,8 @@ def build_normal_transform_pixel(original: Any) -> Any:
         # `is not None` first: TorchScript compares an Optional[dtype] only after refining it.
         if dtype is not None and _is_half(dtype):
             # A side of 1 divides by eps: 2/eps = 2e14 is Inf in float16 (and meaningless in
-            # bfloat16). That side has one pixel, coordinate 0, which maps to -1 under any scale,
-            # so the scale of 0.9.0 (1) gives the same normalised coordinate and stays finite.
+            # bfloat16). That side's one pixel is the whole normalised range, so it sits at its
+            # centre: scale 1 and offset 0 (0.9.0's matrix), finite in every dtype.
             return _pixel_to_normalized_float32([height, width], device).to(dtype)
         return original(height, width, eps, device, dtype)
 
@@ -223,8 +245,8 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
     ) -> torch.Tensor:
         if dtype is not None and _is_half(dtype):
             # The release builds this one in the half dtype itself: 1 * 2.0 / 1e-14 overflows
-            # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 has one pixel, coordinate
-            # 0, which maps to -1 under any scale; 0.9.0's scale 1 keeps it finite.
+            # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 gets scale 1 and offset 0
+            # (0.9.0's matrix).
             return _pixel_to_normalized_float32([depth, height, width], device).to(dtype)
         return original(depth, height, width, eps, device, dtype)
 
@@ -233,8 +255,9 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
 
 def _pixel_to_normalized_float32(size: List[int], device: Optional[torch.device]) -> torch.Tensor:
     """normal_transform_pixel's (``size`` = [height, width]) or normal_transform_pixel3d's
-    ([depth, height, width]) float32 arithmetic, the same in 0.7.0-0.8.3: 2.0 / (side - 1) on
-    the axis of each side (x is width), with the half rule for a side of 1: scale 1. A
+    ([depth, height, width]) float32 arithmetic, the same in 0.7.0-0.8.3: 2.0 / (side - 1) and
+    offset -1 on the axis of each side (x is width), with 0.9.0's rule for a side of 1, all of
+    it: scale 1 and offset 0 (the one pixel at the centre of the normalised range). A
     module-level function of torch alone: scripted callers compile it by name (a closure over the
     release's function failed to resolve in a TorchScript compile after other scripts in kornia's
     own geometry tests)."""
@@ -245,6 +268,8 @@ def _pixel_to_normalized_float32(size: List[int], device: Optional[torch.device]
         side = size[axes - 1 - axis]
         if side != 1:
             matrix[axis, axis] = matrix[axis, axis] * 2.0 / (side - 1.0)
+        else:
+            matrix[axis, axes] = 0.0
     return matrix.unsqueeze(0)
 
 
@@ -253,8 +278,8 @@ def _normalization_chain_float32(
 ) -> torch.Tensor:
     """(de)normalize_homography(3d) where a side is 1: the release builds its normalisation in
     float32 and casts it to half, so that side divides by eps=1e-14 and the 2e14 entry is Inf in
-    float16 (and swamps every other term in bfloat16). Scale 1 on that side (the one pixel still
-    maps to -1), the chain in float32; the caller narrows once."""
+    float16 (and swamps every other term in bfloat16). 0.9.0's normalisation of that side (scale 1,
+    offset 0), the chain in float32; the caller narrows once."""
     src = _pixel_to_normalized_float32(size_src, widened.device)
     dst = _pixel_to_normalized_float32(size_dst, widened.device)
     if denormalize:
@@ -348,22 +373,24 @@ FACTORIES = (
                   "(the discrete Gaussian blurs use it)"),
     Target(("kornia.geometry.conversions:normal_transform_pixel",), build_normal_transform_pixel,
            ("height", "width", "eps"), optional=True,
-           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; its scale is 1 (0.9.0's) in half"),
+           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; in half that side takes 0.9.0's scale 1 and "
+                  "offset 0"),
     Target(("kornia.geometry.conversions:normalize_homography",), build_normalize_homography,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
-                  "with scale 1 on that side, narrowed once (warp_perspective, warp_affine call it)"),
+                  "with 0.9.0's scale 1 and offset 0 on that side, narrowed once (warp_perspective, warp_affine call it)"),
     Target(("kornia.geometry.conversions:denormalize_homography",), build_denormalize_homography,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="as normalize_homography: a side of 1 gives Inf in float16; in float32, narrowed once"),
     Target(("kornia.geometry.conversions:normal_transform_pixel3d",), build_normal_transform_pixel3d,
            ("depth", "height", "width", "eps"), optional=True,
            reason="built in the half dtype: 1 * 2.0 / eps overflows float16, Inf for a side of 1 (2e14 in "
-                  "bfloat16); the side's scale is 1 (0.9.0's) in half, the rest the float32 matrix narrowed"),
+                  "bfloat16); in half that side takes 0.9.0's scale 1 and offset 0, the rest the float32 matrix "
+                  "narrowed"),
     Target(("kornia.geometry.conversions:normalize_homography3d",), build_normalize_homography3d,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
-                  "with scale 1 on that side, narrowed once"),
+                  "with 0.9.0's scale 1 and offset 0 on that side, narrowed once"),
     Target(("kornia.feature.scale_space_detector:MultiResolutionDetector.detect_features_on_single_level",),
            build_single_level_detection, ("self", "level_img", "num_kp", "factor"), optional=True,
            reason="LAF centres (pixel index x level factor) of a half image round to whole pixels: the response "
