@@ -587,3 +587,107 @@ def test_blur_pool_in_half_matches_kornia_090(dtype):
                 assert got.dtype == want.dtype == dtype and got.shape == want.shape, (name, k)
                 step = torch.finfo(dtype).eps * want.float().abs().clamp_min(2 ** -14)
                 assert bool(((got.float() - want.float()).abs() <= step).all()), (name, k)
+
+
+def _hls_gradient(x):
+    return half_cases.input_gradient(_kornia().color.rgb_to_hls, x)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_rgb_to_hls_half_gradient_on_gray_pixels_is_finite_and_0_9_0s(dtype):
+    """On gray pixels the release's float32 hue gradient is (pi/3)/eps-scaled (eps=1e-8), past
+    float16's range: the float32 backward narrowed is Inf. The half path divides by 1 where the
+    chroma is 0 (0.9.0's rule): the hue is the same, its gradient 0.9.0's."""
+    x = half_cases.gray_pixels()
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            release = _hls_gradient(x)
+            release_forward = _kornia().color.rgb_to_hls(x)
+        got = _hls_gradient(x.to(dtype))
+        forward = _kornia().color.rgb_to_hls(x.to(dtype))
+    assert release.abs().max().item() > 1e8 > torch.finfo(torch.float16).max
+    assert bitwise_equal(forward, release_forward.to(dtype))
+    expected = oracle.kornia090_outputs("half_cases")["grad/rgb_to_hls"]
+    assert got.dtype == dtype and bool(torch.isfinite(got).all())
+    # within 2 half steps of 0.9.0's float32 gradient narrowed (the release's float32 arithmetic
+    # and 0.9.0's may differ in float32's last bits)
+    step = torch.finfo(dtype).eps * expected.abs()
+    assert bool(((got.float() - expected.to(dtype).float()).abs() <= 2 * step).all())
+
+
+def test_rgb_to_hls_float32_forward_and_backward_are_bitwise_the_release():
+    x = half_cases.gray_pixels()
+    textured = torch.rand(x.shape, generator=torch.Generator().manual_seed(9))
+    for image in (x, textured, x.double()):
+        with testing.isolated(only=["kornia_dtypes"]):
+            with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+                expected = (_kornia().color.rgb_to_hls(image), _hls_gradient(image))
+            got = (_kornia().color.rgb_to_hls(image), _hls_gradient(image))
+        assert all(bitwise_equal(g, e) for g, e in zip(got, expected))
+
+
+def test_rgb_to_hls_half_gradient_off_gray_is_the_release_float32_narrowed():
+    """Where no pixel is gray, the half path is the release's arithmetic: forward and backward
+    are its float32 results narrowed, bitwise."""
+    image = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(10)).bfloat16().float()
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            expected = (_kornia().color.rgb_to_hls(image), _hls_gradient(image))
+        for dtype in HALF_DTYPES:
+            got = (_kornia().color.rgb_to_hls(image.to(dtype)), _hls_gradient(image.to(dtype)))
+            assert all(bitwise_equal(g, e.to(dtype)) for g, e in zip(got, expected)), dtype
+
+
+def _ms_ssim_value_and_gradient(module, first, second):
+    leaf = first.clone().requires_grad_(True)
+    loss = module(leaf, second)
+    (gradient,) = torch.autograd.grad(loss, leaf)
+    return loss.detach(), gradient
+
+
+def _ulps_off(got, reference, dtype):
+    """|got - reference| in units of the half dtype's spacing at the reference's magnitude."""
+    spacing = torch.finfo(dtype).eps * 2.0 ** torch.floor(torch.log2(reference.abs().clamp_min(1e-30)))
+    return (got.float() - reference).abs() / spacing
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_ms_ssim_half_backward_is_the_release_float32_backward_narrowed(dtype):
+    """The local (co)variances cancel in half; the release's bfloat16 backward puts input
+    gradients tens of half steps off. Patched: the release's float32 loss and gradient on the
+    widened images (and the module's masks, widened), each narrowed once, for a float32 module
+    (which the release refuses with half images; 0.9.0 accepts) and for a module converted to the
+    half dtype."""
+    K = _kornia()
+    module, first, second = inputs.ms_ssim_call(torch.float32)
+    converted = K.losses.MS_SSIMLoss().to(dtype)
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = _ms_ssim_value_and_gradient(module, first, second)
+            on_converted_masks = copy.deepcopy(module)
+            on_converted_masks._g_masks = converted._g_masks.float()
+            converted_reference = _ms_ssim_value_and_gradient(on_converted_masks, first, second)
+            unpatched = _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
+        got = _ms_ssim_value_and_gradient(module, first.to(dtype), second.to(dtype))
+        got_converted = _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
+    assert all(g.dtype == dtype for g in got + got_converted)
+    assert all(bitwise_equal(g, r.to(dtype)) for g, r in zip(got, reference))
+    assert all(bitwise_equal(g, r.to(dtype)) for g, r in zip(got_converted, converted_reference))
+    if dtype == torch.bfloat16:  # the failure: the release's own bfloat16 gradient
+        assert _ulps_off(unpatched[1], reference[1], dtype).max().item() > 40
+
+
+def test_ms_ssim_full_precision_and_script_are_the_release():
+    K = _kornia()
+    module, first, second = inputs.ms_ssim_call(torch.float32)
+    with testing.isolated(only=["kornia_dtypes"]):
+        for dtype in FULL_DTYPES:
+            typed = copy.deepcopy(module).to(dtype)
+            with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+                expected = _ms_ssim_value_and_gradient(typed, first.to(dtype), second.to(dtype))
+            got = _ms_ssim_value_and_gradient(typed, first.to(dtype), second.to(dtype))
+            assert all(bitwise_equal(g, e) for g, e in zip(got, expected)), dtype
+        scripted = torch.jit.script(K.losses.MS_SSIMLoss())
+        assert bitwise_equal(scripted(first, second), module(first, second))
+        for dtype in HALF_DTYPES:  # the scripted half path is the eager one
+            assert bitwise_equal(scripted(first.to(dtype), second.to(dtype)), module(first.to(dtype), second.to(dtype)))

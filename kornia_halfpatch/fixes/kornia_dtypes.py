@@ -16,9 +16,11 @@ complex inputs still get kornia's own error.
 
 from __future__ import annotations
 
+import math
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 
 from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed, table
 
@@ -48,7 +50,6 @@ BLUR_POOL_MODULE = (
 
 ROWS = (
     # color
-    _row("kornia.color.hls:rgb_to_hls", ZERO_CHROMA + " (and saturation)"),
     _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA),
     _row("kornia.color.hsv:hsv_to_rgb",
          "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
@@ -366,7 +367,106 @@ def build_single_level_detection(original: Any) -> Any:
     return detect_features_on_single_level
 
 
+def _rgb_to_hls_float32(image: torch.Tensor, eps: float) -> torch.Tensor:
+    """The releases' HLS conversion (0.7.0-0.8.3 compute it alike) on a float32 image, with the
+    hue's chroma division made safe where the chroma is 0 (0.9.0's rule). There the release
+    divides the channel differences, exactly 0, by ``0 + eps``: the hue is 0 either way, but its
+    derivative is (pi/3) / eps = 1e8 times the upstream gradient (4.3e8 on a random projection),
+    past float16's range, so the float32 gradient narrowed is Inf. Dividing by 1 where the chroma
+    is 0 keeps every value the release computes (differences of 0 stay 0) and gives the hue the
+    derivative (pi/3) * d(difference) there, as 0.9.0 does (1.047 for a unit upstream)."""
+    hue_sectors = torch.tensor([[[0.0]], [[1.0]], [[2.0]]], device=image.device, dtype=image.dtype)
+    maximum, argmax = image.max(-3)
+    minimum = image.min(-3)[0]
+    lightness = maximum + minimum
+    chroma = maximum - minimum
+    safe_chroma = torch.where(chroma == 0, torch.ones_like(chroma), chroma + eps)
+    scaled = image / safe_chroma.unsqueeze(-3)
+    saturation = chroma / (torch.where(lightness < 1.0, lightness, 2.0 - lightness) + eps)
+    lightness = lightness / 2
+    r, g, b = scaled[..., 0, :, :], scaled[..., 1, :, :], scaled[..., 2, :, :]
+    sector = argmax[..., None, :, :] == hue_sectors
+    hue = ((g - b) % 6) * sector[..., 0, :, :]
+    hue = hue + (b - r + 2) * sector[..., 1, :, :]
+    hue = hue + (r - g + 4) * sector[..., 2, :, :]
+    hue = hue * (math.pi / 3.0)
+    return torch.stack([hue, lightness, saturation], -3)
+
+
+def build_rgb_to_hls(original: Any) -> Any:
+    def rgb_to_hls(image: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        if isinstance(image, torch.Tensor) and _is_half(image.dtype):
+            if len(image.shape) < 3 or image.shape[-3] != 3:
+                return original(image, eps)  # kornia's own shape error
+            # On gray pixels the chroma is 0 and eps=1e-8 is 0 in float16 (0/0: NaN hue); in
+            # float32 the hue is right but its gradient is 1e8-scaled (see _rgb_to_hls_float32).
+            return _rgb_to_hls_float32(image.float(), eps).to(image.dtype)
+        return original(image, eps)
+
+    return rgb_to_hls
+
+
+def build_ms_ssim_forward(original: Any) -> Any:
+    def forward(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if not (isinstance(img1, torch.Tensor) and isinstance(img2, torch.Tensor) and _is_half(img1.dtype)):
+                return original(self, img1, img2)
+        # The release's forward (the same in 0.7.0-0.8.3), written out so that TorchScript compiles
+        # the half path too; full precision computes exactly what the release computes.
+        if not len(img1.shape) == len(img2.shape):
+            raise ValueError(f"Input shapes should be same. Got {type(img1)} and {type(img2)}.")
+        dtype = img1.dtype
+        g_masks: torch.Tensor = torch.jit.annotate(torch.Tensor, self._g_masks)
+        if _is_half(dtype):
+            # The local (co)variances E[xy] - E[x]E[y] cancel: in bfloat16 the moments (about 0.25)
+            # round by 2^-9, the size of the variances themselves, so cs and its derivative
+            # 2 / (sigma_x^2 + sigma_y^2 + C2), C2 = 9e-4, are wrong by O(1) where the image is
+            # smooth: the forward's mean hides it, the per-pixel gradient does not (2-3% of
+            # input gradients 40-90x off). Images and masks widened (exact), narrowed once.
+            img1, img2, g_masks = img1.float(), img2.float(), g_masks.float()
+        CH: int = img1.shape[-3]
+        mux = F.conv2d(img1, g_masks, groups=CH, padding=self.pad)
+        muy = F.conv2d(img2, g_masks, groups=CH, padding=self.pad)
+        mux2 = mux * mux
+        muy2 = muy * muy
+        muxy = mux * muy
+        sigmax2 = F.conv2d(img1 * img1, g_masks, groups=CH, padding=self.pad) - mux2
+        sigmay2 = F.conv2d(img2 * img2, g_masks, groups=CH, padding=self.pad) - muy2
+        sigmaxy = F.conv2d(img1 * img2, g_masks, groups=CH, padding=self.pad) - muxy
+        lc = (2 * muxy + self.C1) / (mux2 + muy2 + self.C1)
+        cs = (2 * sigmaxy + self.C2) / (sigmax2 + sigmay2 + self.C2)
+        lM = lc[:, -1, :, :] * lc[:, -2, :, :] * lc[:, -3, :, :]
+        PIcs = cs.prod(dim=1)
+        loss_ms_ssim = 1 - lM * PIcs
+        loss_l1 = F.l1_loss(img1, img2, reduction="none")
+        gaussian_l1 = F.conv2d(loss_l1, g_masks[-CH:], groups=CH, padding=self.pad).mean(1)
+        loss = self.alpha * loss_ms_ssim + (1 - self.alpha) * gaussian_l1 / self.DR
+        loss = self.compensation * loss
+        if self.reduction == "mean":
+            loss = torch.mean(loss)
+        elif self.reduction == "sum":
+            loss = torch.sum(loss)
+        elif self.reduction == "none":
+            pass
+        else:
+            raise NotImplementedError(f"Invalid reduction mode: {self.reduction}")
+        return loss.to(dtype)
+
+    return forward
+
+
+# First in the table: the probe runs its original.
+RGB_TO_HLS = Target(
+    ("kornia.color.hls:rgb_to_hls",), build_rgb_to_hls, ("image", "eps"), optional=True,
+    reason=ZERO_CHROMA + " (and saturation); in float32 with the hue's chroma division safe where the chroma is 0 "
+           "(0.9.0's rule: the release's float32 hue gradient there is 1e8-scaled, Inf in float16)")
+
 FACTORIES = (
+    Target(("kornia.losses.ms_ssim:MS_SSIMLoss.forward",), build_ms_ssim_forward, ("self", "img1", "img2"),
+           optional=True,
+           reason="the local (co)variances E[xy] - E[x]E[y] cancel in half: bfloat16 input gradients 40-90x off on "
+                  "2-3% of pixels; images and the module's masks widened, the release's loss in float32, narrowed "
+                  "once (written out: the module scripts)"),
     Target(("kornia.filters.kernels:get_gaussian_discrete_kernel1d",), build_discrete_kernel,
            ("kernel_size", "sigma", "force_even"), optional=True,
            reason="the Bessel series overflows float16: all NaN; coefficients in float32, narrowed once "
@@ -411,7 +511,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="kornia_dtypes",
-    targets=ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
+    targets=(RGB_TO_HLS,) + ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
     probe=probe,
     demonstration="kornia_halfpatch.demos.kornia_dtypes:demonstrate",
 )
