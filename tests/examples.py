@@ -813,6 +813,14 @@ def median_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return gray_patch_image(dtype) + ((3, 3),)
 
 
+def psnr_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """Two (1, 3, 16, 16) images of multiples of 8 in [0, 1000] (exact in float16 and bfloat16;
+    squared differences past 65504) and max_val 1000."""
+    g = torch.Generator().manual_seed(78)
+    first, second = (torch.randint(0, 126, (1, 3, 16, 16), generator=g).float() * 8 for _ in range(2))
+    return _in(dtype, first, second) + (1000.0,)
+
+
 def ms_ssim_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """MS_SSIMLoss() (float32 masks, as built, for half images; float64 masks for float64) and two
     (1, 3, 24, 24) images: a random one and a slightly perturbed copy (small local variances)."""
@@ -918,6 +926,7 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "relative_camera_motion": two_camera_poses,
     "projection_from_KRt": camera_krt,
     "MS_SSIMLoss.forward": ms_ssim_call,
+    "psnr": psnr_call,
     "blur_pool2d": blur_pool_call,
     "max_blur_pool2d": blur_pool_call,
     "BlurPool2D.forward": blur_pool_module_call,

@@ -691,3 +691,29 @@ def test_ms_ssim_full_precision_and_script_are_the_release():
         assert bitwise_equal(scripted(first, second), module(first, second))
         for dtype in HALF_DTYPES:  # the scripted half path is the eager one
             assert bitwise_equal(scripted(first.to(dtype), second.to(dtype)), module(first.to(dtype), second.to(dtype)))
+
+
+def _psnr_value_and_gradient(first, second, max_val):
+    leaf = first.clone().requires_grad_(True)
+    value = _kornia().metrics.psnr(leaf, second, max_val)
+    (gradient,) = torch.autograd.grad(value, leaf)
+    return value.detach(), gradient
+
+
+@pytest.mark.parametrize("scale", [255.0, 1000.0])
+def test_psnr_float16_gradient_is_the_release_float32_gradient_narrowed(scale):
+    """Differences past 256 square past 65504: unpatched the float16 mse is Inf (PSNR -Inf, every
+    gradient NaN). For 8-bit-range images the gradient (about 1e-5 to 1e-4) is lost in float16
+    arithmetic. Patched: the float32 value and gradient, narrowed once."""
+    generator = torch.Generator().manual_seed(79)
+    first, second = (torch.randint(0, int(scale) + 1, (1, 3, 32, 32), generator=generator).float() for _ in range(2))
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = _psnr_value_and_gradient(first, second, scale)
+            unpatched = _psnr_value_and_gradient(first.half(), second.half(), scale)
+        got = _psnr_value_and_gradient(first.half(), second.half(), scale)
+    assert bool(torch.isfinite(reference[1]).all()) and reference[1].abs().max().item() < torch.finfo(torch.float16).max
+    assert all(bitwise_equal(g, r.half()) for g, r in zip(got, reference))
+    assert not bitwise_equal(unpatched[1], reference[1].half())
+    if scale > 256:
+        assert not bool(torch.isfinite(unpatched[1]).any())

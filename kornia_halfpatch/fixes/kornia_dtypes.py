@@ -91,6 +91,10 @@ ROWS = (
          "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
          "bfloat16): in float32"),
     _row("kornia.losses.ssim3d:ssim3d_loss", "variance cancellation (see ssim3d): in float32"),
+    _row("kornia.metrics.psnr:psnr",
+         "the squared error passes 65504 in float16 for differences above 256 (mse Inf: -Inf PSNR, NaN "
+         "gradients) and its gradient, 2 (x - y) / (N mse ln 10) * 10, underflows for 8-bit-range images "
+         "(1e-5: float16 gradients 0): in float32, narrowed once (psnr_loss calls it)"),
     _row("kornia.losses.charbonnier:charbonnier_loss",
          "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32"),
     # filters and feature
