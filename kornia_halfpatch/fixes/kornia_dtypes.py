@@ -426,8 +426,15 @@ def build_ms_ssim_forward(original: Any) -> Any:
             # round by 2^-9, the size of the variances themselves, so cs and its derivative
             # 2 / (sigma_x^2 + sigma_y^2 + C2), C2 = 9e-4, are wrong by O(1) where the image is
             # smooth: the forward's mean hides it, the per-pixel gradient does not (2-3% of
-            # input gradients 40-90x off). Images and masks widened (exact), narrowed once.
-            img1, img2, g_masks = img1.float(), img2.float(), g_masks.float()
+            # input gradients 40-90x off). Images widened (exact), narrowed once.
+            img1, img2 = img1.float(), img2.float()
+            if _is_half(g_masks.dtype):
+                # A module converted to half holds its Gaussian masks rounded: each sum moves off 1
+                # by up to 2.4e-3 (bfloat16), and with a kernel of sum s the variance is
+                # s sigma^2 + s (1 - s) mu^2, whose second term (mu^2 ~ 0.25) is as large as the
+                # variances: the widened masks are renormalised to sum 1, as built.
+                g_masks = g_masks.float()
+                g_masks = g_masks / g_masks.sum(dim=[1, 2, 3], keepdim=True)
         CH: int = img1.shape[-3]
         mux = F.conv2d(img1, g_masks, groups=CH, padding=self.pad)
         muy = F.conv2d(img2, g_masks, groups=CH, padding=self.pad)
