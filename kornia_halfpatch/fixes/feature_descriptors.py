@@ -24,7 +24,10 @@ Targets (the ``forward`` of each class, replaced on the class so existing instan
   float16 (smallest subnormal 6e-8) and the histogram comes out zero. The whole descriptor is
   computed in float32 and narrowed once: the patched float16 result equals the release's own
   float32 result narrowed, bitwise. (0.9.0 changed SIFT's float32 values and DenseSIFT's shape;
-  those changes are deliberately not imported.) bfloat16 is left alone.
+  those changes are deliberately not imported.) One derivative is 0.9.0's: where a pixel's
+  gradient is exactly 0 the orientation keeps the release's value but has derivative 0, so a flat
+  patch's float16 input gradient is 0 (0.9.0's) instead of the release's float32 1e12-2e14
+  narrowed to Inf. bfloat16 is left alone.
 
 Every non-half input runs the original ``forward`` unchanged (eager, ``torch.jit.trace`` and
 ``torch.compile``), so float32/float64 are bit-for-bit the release's. Under ``torch.jit.script``
