@@ -90,22 +90,6 @@ def cramer_system(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     return tuple(t.to(dtype) for t in diagonal + off + rhs)
 
 
-def sift_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    """(SIFTDescriptor(32), two patches: one textured, one flat) in ``dtype``."""
-    from kornia.feature import SIFTDescriptor
-
-    generator = torch.Generator().manual_seed(3)
-    patches = torch.cat([torch.rand(1, 1, 32, 32, generator=generator), torch.full((1, 1, 32, 32), 0.5)])
-    return SIFTDescriptor(32).to(dtype), patches.to(dtype)
-
-
-def dense_sift_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
-    from kornia.feature import DenseSIFTDescriptor
-
-    generator = torch.Generator().manual_seed(4)
-    return DenseSIFTDescriptor().to(dtype), torch.rand(1, 1, 24, 24, generator=generator).to(dtype)
-
-
 def fft_conv_call(dtype: torch.dtype) -> Tuple[object, ...]:
     g = torch.Generator().manual_seed(22)
     return _in(dtype, _rand(g, 1, 2, 16, 16), _rand(g, 1, 5, 5) / 8)
@@ -829,10 +813,43 @@ def median_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return gray_patch_image(dtype) + ((3, 3),)
 
 
-def max_blur_pool_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """A (2, 3, 8, 8) image, a 3x3 Pascal kernel per channel, stride 2, max-pool size 2, no ceil."""
-    kernel = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
-    return gray_patch_image(dtype) + (kernel.to(dtype).repeat(3, 1, 1, 1), 2, 2, False)
+def psnr_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """Two (1, 3, 16, 16) images of multiples of 8 in [0, 1000] (exact in float16 and bfloat16;
+    squared differences past 65504) and max_val 1000."""
+    g = torch.Generator().manual_seed(78)
+    first, second = (torch.randint(0, 126, (1, 3, 16, 16), generator=g).float() * 8 for _ in range(2))
+    return _in(dtype, first, second) + (1000.0,)
+
+
+def ms_ssim_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """MS_SSIMLoss() (float32 masks, as built, for half images; float64 masks for float64) and two
+    (1, 3, 24, 24) images: a random one and a slightly perturbed copy (small local variances)."""
+    from kornia.losses import MS_SSIMLoss
+
+    g = torch.Generator().manual_seed(77)
+    first = _rand(g, 1, 3, 24, 24)
+    second = (first + 0.1 * _rand(g, 1, 3, 24, 24)).clamp(0, 1).bfloat16().float()
+    module = MS_SSIMLoss().to(torch.float64) if dtype == torch.float64 else MS_SSIMLoss()
+    return (module,) + _in(dtype, first, second)
+
+
+def blur_pool_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """A (1, 3, 16, 16) image and a 9x9 Pascal kernel (normalising sum 65536: Inf in float16)."""
+    return rgb_image(dtype) + (9,)
+
+
+def blur_pool_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """BlurPool2D(9) and a (1, 3, 16, 16) image (its float32 kernel's smallest weight, 2^-16, is a
+    float16 subnormal)."""
+    from kornia.filters import BlurPool2D
+
+    return (BlurPool2D(9),) + rgb_image(dtype)
+
+
+def max_blur_pool_module_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    from kornia.filters import MaxBlurPool2D
+
+    return (MaxBlurPool2D(9),) + rgb_image(dtype)
 
 
 def edge_aware_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
@@ -875,8 +892,6 @@ def camera_krt(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
 # Every target's example, by label
 
 EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
-    "SIFTDescriptor.forward": sift_call,
-    "DenseSIFTDescriptor.forward": dense_sift_call,
     "_solve_cramer_sym3x3": cramer_system,
     "_guided_blur_multichannel_guidance": guided_multichannel,
     "fft_conv": fft_conv_call,
@@ -910,7 +925,12 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "compute_correspond_epilines": epiline_call,
     "relative_camera_motion": two_camera_poses,
     "projection_from_KRt": camera_krt,
-    "_max_blur_pool_by_kernel2d": max_blur_pool_call,
+    "MS_SSIMLoss.forward": ms_ssim_call,
+    "psnr": psnr_call,
+    "blur_pool2d": blur_pool_call,
+    "max_blur_pool2d": blur_pool_call,
+    "BlurPool2D.forward": blur_pool_module_call,
+    "MaxBlurPool2D.forward": max_blur_pool_module_call,
     "edge_aware_blur_pool2d": edge_aware_blur_call,
     "rgb_to_hls": gray_patch_image,
     "rgb_to_hsv": gray_patch_image,
@@ -1021,6 +1041,9 @@ GRID_SAMPLE = "torch's grid_sample for kornia's calls, non-finite grids zeroed (
 TORCH_OP_FOR_KORNIA = "a torch op for kornia's calls only (module views): through kornia's call sites, tests/test_kernel_probe.py (OP_CALLS) and tests/test_fix_torch_ops.py"
 AUGMENTATION_METHOD = "an augmentation or container method (needs a seeded instance): tests/test_fix_augmentation_pipeline.py"
 CONV_HANG = "kornia's conv2d calls, gated by CPU capability (unpatched, a half call may never return): tests/test_fix_filters_conv_hang.py"
+SIFT_FLOAT16 = ("float16 only (bfloat16 keeps the release's own descriptor), the orientation's derivative 0 where "
+                "the pixel gradient is 0: forward against the release's float32 narrowed, gradients against 0.9.0, "
+                "tests/test_fix_feature_descriptors.py")
 NETWORK_CALL = "a network's module call, an option rather than a numerical fix: tests/test_fix_networks_cpu_half.py"
 
 EXEMPT: Dict[str, str] = {
@@ -1030,6 +1053,8 @@ EXEMPT: Dict[str, str] = {
     "HyNet.forward": DESCRIPTOR_NETWORK,
     "HardNet.forward": DESCRIPTOR_NETWORK,
     "HardNet8.forward": DESCRIPTOR_NETWORK,
+    "SIFTDescriptor.forward": SIFT_FLOAT16,
+    "DenseSIFTDescriptor.forward": SIFT_FLOAT16,
     "extract_patches_simple": SAMPLES_IN_FLOAT32,
     "extract_patches_from_pyramid": SAMPLES_IN_FLOAT32,
     "grid_sample": GRID_SAMPLE,

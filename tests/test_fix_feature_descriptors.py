@@ -437,3 +437,70 @@ def test_kornia_own_descriptor_tests_pass_in_every_dtype():
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+# --------------------------------------------------------------------------------------------
+# SIFT gradients in float16: the release's float32 gradient of a flat patch is 1e12-2e14 (its
+# orientation guard's 1/eps), Inf once narrowed; the half path's orientation has derivative 0
+# where the pixel gradient is 0, as 0.9.0's float32 gradient there (0).
+
+import gen_half_cases as half_cases  # noqa: E402 - the 0.9.0 oracle's inputs
+
+SIFT_GRADIENT_CASES = ["SIFTDescriptor", "DenseSIFTDescriptor"]
+
+
+def _sift_gradient_case(name):
+    factory, make_input = half_cases.gradient_cases()[name]
+    return factory, make_input()
+
+
+def _flat(name, tensor):
+    """The flat patch(es) of the case's input, or their gradient: SIFTDescriptor's second patch,
+    DenseSIFTDescriptor's whole image."""
+    return tensor[1:] if name == "SIFTDescriptor" else tensor
+
+
+@needs_old_kornia
+@pytest.mark.parametrize("name", SIFT_GRADIENT_CASES)
+def test_sift_float16_gradient_is_finite_and_0_9_0s_on_a_flat_patch(name):
+    factory, x = _sift_gradient_case(name)
+    with kornia_halfpatch.unpatched([FIX]):
+        release = half_cases.input_gradient(factory(), x)  # the release's float32 gradient
+    # The mechanism: narrowed to float16, the release's float32 gradient is Inf.
+    assert _flat(name, release).abs().max().item() > torch.finfo(torch.float16).max
+    expected = oracle.kornia090_outputs("half_cases")[f"grad/{name}"]
+    got = half_cases.input_gradient(factory(), x.half())
+    assert got.dtype == torch.float16 and bool(torch.isfinite(got).all())
+    assert bitwise_equal(_flat(name, got), _flat(name, expected).half())  # 0.9.0's: 0
+    if name == "SIFTDescriptor":  # the textured patch: the release's float32 gradient, narrowed
+        assert bitwise_equal(got[:1], release[:1].half())
+
+
+@needs_old_kornia
+@pytest.mark.parametrize("name", SIFT_GRADIENT_CASES)
+def test_sift_float32_forward_and_backward_are_bitwise_the_release(name):
+    factory, flat = _sift_gradient_case(name)
+    textured = torch.rand(flat.shape, generator=torch.Generator().manual_seed(5))
+    for x in (flat, textured, flat.double()):
+        with kornia_halfpatch.unpatched([FIX]):
+            module = factory().to(x.dtype)
+            expected = (module(x), half_cases.input_gradient(module, x))
+        module = factory().to(x.dtype)
+        got = (module(x), half_cases.input_gradient(module, x))
+        assert all(bitwise_equal(g, e) for g, e in zip(got, expected))
+
+
+@needs_old_kornia
+@pytest.mark.parametrize("name", SIFT_GRADIENT_CASES)
+def test_sift_float16_forward_and_textured_gradient_are_the_release_float32_narrowed(name):
+    factory, flat = _sift_gradient_case(name)
+    textured = torch.rand(flat.shape, generator=torch.Generator().manual_seed(6)).half()
+    for x in (flat.half(), textured):
+        with kornia_halfpatch.unpatched([FIX]):
+            module = factory()
+            expected = (module(x.float()), half_cases.input_gradient(module, x.float()))
+        module = factory()
+        got = (module(x), half_cases.input_gradient(module, x))
+        assert bitwise_equal(got[0], expected[0].half())
+        if x is textured:  # no pixel with a zero gradient: the release's derivative everywhere
+            assert bitwise_equal(got[1], expected[1].half())

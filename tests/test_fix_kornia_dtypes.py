@@ -11,7 +11,9 @@ import copy
 import pytest
 import torch
 
+import gen_half_cases as half_cases
 import kornia_halfpatch
+import oracle
 from kornia_halfpatch import testing
 from kornia_halfpatch._kernels import widening_missing_kernels
 import examples as inputs
@@ -84,6 +86,9 @@ def api_cases():
     if hasattr(K.filters, "otsu_threshold"):  # 0.8.x
         cases["otsu_threshold"] = lambda d: K.filters.otsu_threshold(*inputs.ramp_image(d))
         cases["OtsuThreshold"] = lambda d: (lambda m, *a: m(*a))(*inputs.otsu_module_call(d))
+    for k in (3, 9, 15):
+        for pool, call in half_cases.blur_pool_calls().items():
+            cases[f"{pool} {k}"] = lambda d, call=call, k=k: call(half_cases.blur_pool_image().to(d), k)
     cases["gaussian_blur2d"] = lambda d: K.filters.gaussian_blur2d(*inputs.blur_call(d))
     cases["GaussianBlur2d separable=False"] = lambda d: K.filters.GaussianBlur2d((5, 5), (1.5, 2.5), separable=False)(
         *inputs.blur_call(d)[:1]) if "separable" in K.filters.GaussianBlur2d.__init__.__code__.co_varnames else (
@@ -244,26 +249,32 @@ def test_discrete_gaussian_kernel_is_finite_in_float16():
     assert bool(torch.isfinite(patched).all()) and patched.dtype == torch.float16
 
 
+def _side_of_one_rule(matrix, axis):
+    """0.9.0's normalisation of a side of 1 on ``axis``: scale 1, offset 0 (its one pixel at the
+    centre of the normalised range)."""
+    axes = matrix.shape[-1] - 1
+    return matrix[0, axis, axis].item() == 1.0 and matrix[0, axis, axes].item() == 0.0
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
-def test_normal_transform_pixel_single_row_is_finite_and_maps_the_pixel_like_float32(dtype):
-    """Rule: a side of 1 has scale 1 in half (2/eps is Inf in float16); every other entry is the
-    release's float32 narrowed, and the single pixel's coordinate 0 maps to -1 as in float32."""
+def test_normal_transform_pixel_single_row_takes_0_9_0s_rule_and_is_float32_elsewhere(dtype):
+    """A side of 1 divides by eps in the release (2e14: Inf in float16). In half that side takes
+    0.9.0's scale 1 and offset 0, all of it; every other entry is the release's float32 narrowed."""
     K = _kornia()
     with testing.isolated(only=["kornia_dtypes"]):
         half = K.geometry.conversions.normal_transform_pixel(1, 5, dtype=dtype)
         with kornia_halfpatch.unpatched(["kornia_dtypes"]):
             reference = K.geometry.conversions.normal_transform_pixel(1, 5, dtype=torch.float32)
     assert half.dtype == dtype and bool(torch.isfinite(half).all())
-    assert half[0, 1, 1].item() == 1.0
+    assert reference[0, 1, 1].item() > 1e13 and reference[0, 1, 2].item() == -1.0  # the release's float32
+    assert _side_of_one_rule(half, 1)
     mask = torch.ones(3, 3, dtype=torch.bool)
-    mask[1, 1] = False
+    mask[1, 1:] = False
     assert bitwise_equal(half[0][mask], reference[0][mask].to(dtype))
-    pixel = torch.tensor([2.0, 0.0, 1.0])
-    assert torch.equal((half[0].float() @ pixel), (reference[0] @ pixel))
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
-def test_normal_transform_pixel3d_single_slice_is_finite_and_maps_the_voxel_like_float32(dtype):
+def test_normal_transform_pixel3d_single_slice_takes_0_9_0s_rule_and_is_float32_elsewhere(dtype):
     """The 3-D matrix is built in the half dtype by the release: 2/eps overflows float16 (kornia's
     own test_divide_by_zero3d[float16], which 0.9.0 passes). Same rule as in 2-D."""
     K = _kornia()
@@ -276,12 +287,28 @@ def test_normal_transform_pixel3d_single_slice_is_finite_and_maps_the_voxel_like
     if dtype == torch.float16:
         assert not bool(torch.isfinite(unpatched).all())
     assert half.dtype == dtype and bool(torch.isfinite(half).all())
-    assert half[0, 2, 2].item() == 1.0  # depth 1
+    assert _side_of_one_rule(half, 2)  # depth 1
     mask = torch.ones(4, 4, dtype=torch.bool)
-    mask[2, 2] = False
+    mask[2, 2:] = False
     assert bitwise_equal(half[0][mask], reference[0][mask].to(dtype))
-    voxel = torch.tensor([3.0, 1.0, 0.0, 1.0])
-    assert torch.equal(half[0].float() @ voxel, reference[0] @ voxel)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_side_of_one_normalisations_match_kornia_090(dtype):
+    """The factories and the homography (de)normalisations with a side of 1, against 0.9.0's
+    results: exact for the factories, within the rounding of a 3x3 (4x4) product chain for the
+    homographies (0.9.0 multiplies its normalisations in float32 too, in another order)."""
+    expected = oracle.kornia090_outputs("half_cases")
+    dtype_name = str(dtype).replace("torch.", "")
+    with testing.isolated(only=["kornia_dtypes"]):
+        for name, call in half_cases.normalisation_calls().items():
+            want = expected[f"normalisation/{name}/{dtype_name}"]
+            got = call(dtype)
+            assert got.dtype == want.dtype == dtype and bool(torch.isfinite(got).all()), name
+            if name.startswith("normal_transform"):
+                assert torch.equal(got, want), name
+            else:
+                torch.testing.assert_close(got.float(), want.float(), rtol=torch.finfo(dtype).eps, atol=0, msg=name)
 
 
 def unpatched_product(call, dtype):
@@ -292,31 +319,6 @@ def unpatched_product(call, dtype):
             call()
         return None
     return call()
-
-
-@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
-def test_single_slice_homography3d_normalisation_is_finite_and_maps_the_voxels_like_float32(dtype):
-    K = _kornia()
-    conversions = K.geometry.conversions
-    homography, size_src, size_dst = inputs.normalize_homography3d_call(dtype)
-    with testing.isolated():
-        half = conversions.normalize_homography3d(homography, size_src, size_dst)
-        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
-            reference = conversions.normalize_homography3d(homography.float(), size_src, size_dst)
-            unpatched = unpatched_product(lambda: conversions.normalize_homography3d(homography, size_src, size_dst), dtype)
-            to_src = conversions.normal_transform_pixel3d(*size_src)
-    assert half.dtype == dtype and bool(torch.isfinite(half).all())
-    if dtype == torch.float16 and unpatched is not None:
-        assert not bool(torch.isfinite(unpatched).all())
-    # the source voxels (x, y, 0) in normalised coordinates, mapped by both matrices
-    xs, ys = torch.meshgrid(torch.arange(5.0), torch.arange(4.0), indexing="xy")
-    voxels = torch.stack([xs.flatten(), ys.flatten(), torch.zeros(20), torch.ones(20)])
-    points = to_src[0] @ voxels
-    mapped_half = half[0].float() @ points
-    mapped_reference = reference[0] @ points
-    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
-    torch.testing.assert_close(mapped_half[:3] / mapped_half[3:], mapped_reference[:3] / mapped_reference[3:],
-                               rtol=2 * step, atol=8 * step)
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,31 +515,209 @@ def test_mkd_descriptor_returns_the_patch_dtype(dtype):
 # normalize_homography / denormalize_homography with a side of 1
 
 
+HOMOGRAPHY_NORMALISATIONS = {
+    "normalize_homography": (inputs.normalize_homography_call, False),
+    "denormalize_homography": (inputs.normalize_homography_call, True),
+    "normalize_homography3d": (inputs.normalize_homography3d_call, False),
+}
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("name", ["normalize_homography", "denormalize_homography"])
-def test_single_row_homography_normalisation_is_finite_and_maps_the_pixels_like_float32(name, dtype):
-    """A source of height 1: the release casts 2e14 into half (Inf in float16). Patched: finite,
-    and it maps the normalised coordinates of every source pixel where the release's float32
-    matrix maps them (normal_transform_pixel's half rule: the single row still sits at -1)."""
+@pytest.mark.parametrize("name", sorted(HOMOGRAPHY_NORMALISATIONS))
+def test_side_of_one_homography_normalisation_is_finite_and_consistent_with_the_pixel_normalisation(name, dtype):
+    """A source and destination of height (depth) 1: the release casts 2e14 into half (Inf in
+    float16). Patched: finite, and the matrix is the pixel homography conjugated by the half
+    pixel normalisations (0.9.0's rule on the side of 1, float32 elsewhere), so every source pixel
+    lands where the pixel homography sends it, within the rounding of the half matrix."""
     K = _kornia()
     conversions = K.geometry.conversions
+    make_call, denormalize = HOMOGRAPHY_NORMALISATIONS[name]
+    homography, size_src, size_dst = make_call(dtype)
     function = lambda *args: getattr(conversions, name)(*args)  # noqa: E731 - looked up in each state
-    homography, size_src, size_dst = inputs.normalize_homography_call(dtype)
+    normaliser = conversions.normal_transform_pixel3d if len(size_src) == 3 else conversions.normal_transform_pixel
     with testing.isolated():
         half = function(homography, size_src, size_dst)
+        to_src = normaliser(*size_src, dtype=dtype)[0].double()
+        to_dst = normaliser(*size_dst, dtype=dtype)[0].double()
         with kornia_halfpatch.unpatched(["kornia_dtypes"]):
-            reference = function(homography.float(), size_src, size_dst)
             unpatched = unpatched_product(lambda: function(homography, size_src, size_dst), dtype)
-            to_src = conversions.normal_transform_pixel(*size_src) if name == "normalize_homography" else torch.eye(3)[None]
     assert half.dtype == dtype and bool(torch.isfinite(half).all())
     if dtype == torch.float16 and unpatched is not None:
         assert not bool(torch.isfinite(unpatched).all())
-    # the source pixels (x, 0), in the coordinates the function takes
-    pixels = torch.stack([torch.arange(5.0), torch.zeros(5), torch.ones(5)])
-    points = to_src[0] @ pixels
-    mapped_half = half[0].float() @ points
-    mapped_reference = reference[0] @ points
-    mapped_half = mapped_half[:2] / mapped_half[2:]
-    mapped_reference = mapped_reference[:2] / mapped_reference[2:]
-    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
-    torch.testing.assert_close(mapped_half, mapped_reference, rtol=2 * step, atol=8 * step)
+    axes = len(size_src)
+    grids = torch.meshgrid(*[torch.arange(float(side)) for side in reversed(size_src)], indexing="ij")
+    pixels = torch.stack([g.flatten() for g in grids] + [torch.ones(grids[0].numel())]).double()
+    given = homography[0].double()
+    if denormalize:  # the given matrix maps normalised coordinates; the result maps pixels
+        mapped, expected = half[0].double() @ pixels, torch.inverse(to_dst) @ given @ to_src @ pixels
+    else:  # the given matrix maps pixels; the result maps normalised coordinates
+        mapped, expected = torch.inverse(to_dst) @ half[0].double() @ to_src @ pixels, given @ pixels
+    step = torch.finfo(dtype).eps
+    scale = expected[:axes].abs().max().item()
+    torch.testing.assert_close(mapped[:axes] / mapped[axes:], expected[:axes] / expected[axes:],
+                               rtol=0, atol=8 * step * scale)
+
+
+def test_blur_pool_float16_is_all_zero_unpatched_and_the_release_float32_narrowed_patched():
+    """The Pascal kernel of side 9 is normalised by 4^8 = 65536, Inf in float16: every weight 0."""
+    image = half_cases.blur_pool_image()
+    for name in ("blur_pool2d", "max_blur_pool2d"):
+        call = half_cases.blur_pool_calls()[name]
+        with testing.isolated(only=()):
+            unpatched = call(image.half(), 9)
+            reference = call(image, 9)
+        with testing.isolated(only=["kornia_dtypes"]):
+            patched = call(image.half(), 9)
+        assert bool((unpatched == 0).all()) and bool((reference > 0.1).all()), name
+        assert patched.dtype == torch.float16 and bitwise_equal(patched, reference.half()), name
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_blur_pool_in_half_matches_kornia_090(dtype):
+    """0.9.0 builds the kernel in float32: the same float32 pooling narrowed once, up to the
+    order of the convolution's sums (one half step at most)."""
+    expected = oracle.kornia090_outputs("half_cases")
+    image = half_cases.blur_pool_image().to(dtype)
+    dtype_name = str(dtype).replace("torch.", "")
+    with testing.isolated(only=["kornia_dtypes"]):
+        for name, call in half_cases.blur_pool_calls().items():
+            for k in half_cases.BLUR_POOL_KERNELS:
+                want = expected[f"blur_pool/{name}/{k}/{dtype_name}"]
+                got = call(image, k)
+                assert got.dtype == want.dtype == dtype and got.shape == want.shape, (name, k)
+                step = torch.finfo(dtype).eps * want.float().abs().clamp_min(2 ** -14)
+                assert bool(((got.float() - want.float()).abs() <= step).all()), (name, k)
+
+
+def _hls_gradient(x):
+    return half_cases.input_gradient(_kornia().color.rgb_to_hls, x)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_rgb_to_hls_half_gradient_on_gray_pixels_is_finite_and_0_9_0s(dtype):
+    """On gray pixels the release's float32 hue gradient is (pi/3)/eps-scaled (eps=1e-8), past
+    float16's range: the float32 backward narrowed is Inf. The half path divides by 1 where the
+    chroma is 0 (0.9.0's rule): the hue is the same, its gradient 0.9.0's."""
+    x = half_cases.gray_pixels()
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            release = _hls_gradient(x)
+            release_forward = _kornia().color.rgb_to_hls(x)
+        got = _hls_gradient(x.to(dtype))
+        forward = _kornia().color.rgb_to_hls(x.to(dtype))
+    assert release.abs().max().item() > 1e8 > torch.finfo(torch.float16).max
+    assert bitwise_equal(forward, release_forward.to(dtype))
+    expected = oracle.kornia090_outputs("half_cases")["grad/rgb_to_hls"]
+    assert got.dtype == dtype and bool(torch.isfinite(got).all())
+    # within 2 half steps of 0.9.0's float32 gradient narrowed (the release's float32 arithmetic
+    # and 0.9.0's may differ in float32's last bits)
+    step = torch.finfo(dtype).eps * expected.abs()
+    assert bool(((got.float() - expected.to(dtype).float()).abs() <= 2 * step).all())
+
+
+def test_rgb_to_hls_float32_forward_and_backward_are_bitwise_the_release():
+    x = half_cases.gray_pixels()
+    textured = torch.rand(x.shape, generator=torch.Generator().manual_seed(9))
+    for image in (x, textured, x.double()):
+        with testing.isolated(only=["kornia_dtypes"]):
+            with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+                expected = (_kornia().color.rgb_to_hls(image), _hls_gradient(image))
+            got = (_kornia().color.rgb_to_hls(image), _hls_gradient(image))
+        assert all(bitwise_equal(g, e) for g, e in zip(got, expected))
+
+
+def test_rgb_to_hls_half_gradient_off_gray_is_the_release_float32_narrowed():
+    """Where no pixel is gray, the half path is the release's arithmetic: forward and backward
+    are its float32 results narrowed, bitwise."""
+    image = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(10)).bfloat16().float()
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            expected = (_kornia().color.rgb_to_hls(image), _hls_gradient(image))
+        for dtype in HALF_DTYPES:
+            got = (_kornia().color.rgb_to_hls(image.to(dtype)), _hls_gradient(image.to(dtype)))
+            assert all(bitwise_equal(g, e.to(dtype)) for g, e in zip(got, expected)), dtype
+
+
+def _ms_ssim_value_and_gradient(module, first, second):
+    leaf = first.clone().requires_grad_(True)
+    loss = module(leaf, second)
+    (gradient,) = torch.autograd.grad(loss, leaf)
+    return loss.detach(), gradient
+
+
+def _ulps_off(got, reference, dtype):
+    """|got - reference| in units of the half dtype's spacing at the reference's magnitude."""
+    spacing = torch.finfo(dtype).eps * 2.0 ** torch.floor(torch.log2(reference.abs().clamp_min(1e-30)))
+    return (got.float() - reference).abs() / spacing
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_ms_ssim_half_backward_is_the_release_float32_backward_narrowed(dtype):
+    """The local (co)variances cancel in half; the release's bfloat16 backward puts input
+    gradients tens of half steps off. Patched, for a float32 module (which the release refuses
+    with half images; 0.9.0 accepts): the release's float32 loss and gradient on the widened
+    images, each narrowed once, bitwise. For a module converted to the half dtype (its masks
+    rounded, their sums off 1): the release's float32 computation with the widened masks
+    renormalised to sum 1, narrowed once, bitwise; within 2 half steps of the float32 module's
+    gradient, where the release is hundreds of steps off."""
+    K = _kornia()
+    module, first, second = inputs.ms_ssim_call(torch.float32)
+    converted = K.losses.MS_SSIMLoss().to(dtype)
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = _ms_ssim_value_and_gradient(module, first, second)
+            renormalised = copy.deepcopy(module)
+            masks = converted._g_masks.float()
+            renormalised._g_masks = masks / masks.sum(dim=[1, 2, 3], keepdim=True)
+            converted_reference = _ms_ssim_value_and_gradient(renormalised, first, second)
+            unpatched = _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
+        got = _ms_ssim_value_and_gradient(module, first.to(dtype), second.to(dtype))
+        got_converted = _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
+    assert all(g.dtype == dtype for g in got + got_converted)
+    assert all(bitwise_equal(g, r.to(dtype)) for g, r in zip(got, reference))
+    assert all(bitwise_equal(g, r.to(dtype)) for g, r in zip(got_converted, converted_reference))
+    assert _ulps_off(got_converted[1], reference[1], dtype).max().item() <= 2
+    if dtype == torch.bfloat16:  # the failure: the release's own bfloat16 gradient
+        assert _ulps_off(unpatched[1], reference[1], dtype).max().item() > 40
+
+
+def test_ms_ssim_full_precision_and_script_are_the_release():
+    K = _kornia()
+    module, first, second = inputs.ms_ssim_call(torch.float32)
+    with testing.isolated(only=["kornia_dtypes"]):
+        for dtype in FULL_DTYPES:
+            typed = copy.deepcopy(module).to(dtype)
+            with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+                expected = _ms_ssim_value_and_gradient(typed, first.to(dtype), second.to(dtype))
+            got = _ms_ssim_value_and_gradient(typed, first.to(dtype), second.to(dtype))
+            assert all(bitwise_equal(g, e) for g, e in zip(got, expected)), dtype
+        scripted = torch.jit.script(K.losses.MS_SSIMLoss())
+        assert bitwise_equal(scripted(first, second), module(first, second))
+        for dtype in HALF_DTYPES:  # the scripted half path is the eager one
+            assert bitwise_equal(scripted(first.to(dtype), second.to(dtype)), module(first.to(dtype), second.to(dtype)))
+
+
+def _psnr_value_and_gradient(first, second, max_val):
+    leaf = first.clone().requires_grad_(True)
+    value = _kornia().metrics.psnr(leaf, second, max_val)
+    (gradient,) = torch.autograd.grad(value, leaf)
+    return value.detach(), gradient
+
+
+@pytest.mark.parametrize("scale", [255.0, 1000.0])
+def test_psnr_float16_gradient_is_the_release_float32_gradient_narrowed(scale):
+    """Differences past 256 square past 65504: unpatched the float16 mse is Inf (PSNR -Inf, every
+    gradient NaN). For 8-bit-range images the gradient (about 1e-5 to 1e-4) is lost in float16
+    arithmetic. Patched: the float32 value and gradient, narrowed once."""
+    generator = torch.Generator().manual_seed(79)
+    first, second = (torch.randint(0, int(scale) + 1, (1, 3, 32, 32), generator=generator).float() for _ in range(2))
+    with testing.isolated(only=["kornia_dtypes"]):
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            reference = _psnr_value_and_gradient(first, second, scale)
+            unpatched = _psnr_value_and_gradient(first.half(), second.half(), scale)
+        got = _psnr_value_and_gradient(first.half(), second.half(), scale)
+    assert bool(torch.isfinite(reference[1]).all()) and reference[1].abs().max().item() < torch.finfo(torch.float16).max
+    assert all(bitwise_equal(g, r.half()) for g, r in zip(got, reference))
+    assert not bitwise_equal(unpatched[1], reference[1].half())
+    if scale > 256:
+        assert not bool(torch.isfinite(unpatched[1]).any())

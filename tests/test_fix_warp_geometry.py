@@ -333,3 +333,32 @@ def test_every_function_sampling_at_derived_coordinates_is_covered():
         "get_perspective_transform3d", "get_shear_matrix2d", "get_shear_matrix3d")} | {
         "kornia.geometry.transform.homography_warper:HomographyWarper.precompute_warp_grid"}
     assert present - set(callers) == builders
+
+
+def test_warp_perspective_256px_float16_matrix_gradient_is_float32_narrowed_inf_only_past_the_range():
+    """At 256 px the float32 gradient of the perspective row (h20, h21: sums of x * dI/dx over
+    65536 pixels) is of order 1e6-1e7, past float16's 65504. The half gradient is the float32
+    gradient narrowed once: Inf exactly there, never NaN, every other entry finite and bitwise."""
+    import kornia
+
+    generator = torch.Generator().manual_seed(80)
+    image = torch.rand(1, 3, 256, 256, generator=generator).half().float()
+    matrix = torch.tensor([[[1.02, 0.01, 1.5], [-0.01, 0.98, -2.0], [1e-5, -2e-5, 1.0]]]).half().float()
+    projection = torch.randn(1, 3, 256, 256, generator=generator).half().float()
+
+    def gradients(im, m):
+        im, m = im.clone().requires_grad_(True), m.clone().requires_grad_(True)
+        out = kornia.geometry.transform.warp_perspective(im, m, (256, 256))
+        (out.float() * projection).sum().backward()
+        return im.grad, m.grad
+
+    with testing.isolated(only=[WARP_FIX.name]):
+        with kornia_halfpatch.unpatched([WARP_FIX.name]):
+            image_reference, matrix_reference = gradients(image, matrix)
+        image_gradient, matrix_gradient = gradients(image.half(), matrix.half())
+    past_range = matrix_reference.abs() > torch.finfo(torch.float16).max
+    assert bool(past_range.any()) and bool(torch.isfinite(matrix_reference).all())
+    assert not bool(torch.isnan(matrix_gradient).any())
+    assert torch.equal(torch.isinf(matrix_gradient), past_range)
+    assert bitwise_equal(matrix_gradient, matrix_reference.half())
+    assert bitwise_equal(image_gradient, image_reference.half())

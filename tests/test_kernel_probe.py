@@ -277,18 +277,11 @@ def test_kornia_filters_reach_the_replacements(dtype):
             assert out.dtype == half and bool(torch.isfinite(out).all())
 
 
-def _pascal(x):
-    kernel = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16
-    return kernel.to(x.dtype).repeat(x.shape[1], 1, 1, 1)
-
-
 # (row, its public caller, the row function's own arguments for the same call)
 METHOD_ROW_CALLS = [
     ("kornia.enhance.integral:integral_tensor", lambda k, x: k.enhance.integral.integral_tensor(x, (2, 3)),
      lambda x: (x, (2, 3))),
     ("kornia.filters.median:median_blur", lambda k, x: k.filters.median_blur(x, (3, 5)), lambda x: (x, (3, 5))),
-    ("kornia.filters.blur_pool:_max_blur_pool_by_kernel2d", lambda k, x: k.filters.max_blur_pool2d(x, 3),
-     lambda x: (x, _pascal(x), 2, 2, False)),
     ("kornia.filters.blur_pool:edge_aware_blur_pool2d", lambda k, x: k.filters.edge_aware_blur_pool2d(x, 3),
      lambda x: (x, 3)),
 ]

@@ -24,7 +24,10 @@ Targets (the ``forward`` of each class, replaced on the class so existing instan
   float16 (smallest subnormal 6e-8) and the histogram comes out zero. The whole descriptor is
   computed in float32 and narrowed once: the patched float16 result equals the release's own
   float32 result narrowed, bitwise. (0.9.0 changed SIFT's float32 values and DenseSIFT's shape;
-  those changes are deliberately not imported.) bfloat16 is left alone.
+  those changes are deliberately not imported.) One derivative is 0.9.0's: where a pixel's
+  gradient is exactly 0 the orientation keeps the release's value but has derivative 0, so a flat
+  patch's float16 input gradient is 0 (0.9.0's) instead of the release's float32 1e12-2e14
+  narrowed to Inf. bfloat16 is left alone.
 
 Every non-half input runs the original ``forward`` unchanged (eager, ``torch.jit.trace`` and
 ``torch.compile``), so float32/float64 are bit-for-bit the release's. Under ``torch.jit.script``
@@ -37,12 +40,13 @@ code computes what the release's forward does.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from .._model import Finding, Fix, Promote, Target, bug_present, not_needed, unsupported
+from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
 
 DESCRIPTOR_SIZE = 128
 SELF_INPUT = ("self", "input")
@@ -153,18 +157,115 @@ def build_hardnet8_forward(original: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# SIFTDescriptor / DenseSIFTDescriptor: the release's float32 descriptor, narrowed, for float16
-# (their forwards assign submodules, so they were never scriptable: table rows suffice)
+# SIFTDescriptor / DenseSIFTDescriptor: the release's float32 descriptor, narrowed, for float16,
+# with a gradient-safe orientation (their forwards assign submodules, so they were never
+# scriptable: eager only). The forwards are the releases' (0.7.0-0.8.3 compute them alike),
+# written out to make one step's derivative safe; each name the release's module uses
+# (spatial_gradient, its ``pi`` tensor, KORNIA_CHECK_SHAPE) is looked up there at call time.
+
+
+def _release_names(original: Any) -> Any:
+    return vars(sys.modules[original.__module__])
+
+
+def _gradient_safe_orientation(gx: torch.Tensor, gy: torch.Tensor, eps: float, pi: Any) -> torch.Tensor:
+    """The release's orientation ``atan2(gy, gx + eps) + 2 pi``, value for value, with derivative 0
+    where the pixel's gradient is exactly 0 (0.9.0's flat-patch gradient). There the angle is
+    undefined and the release's guard picks 0, but d/dgy atan2(gy, gx + eps) = 1 / eps = 1e10;
+    after the magnitude weight (sqrt(eps) = 1e-5) and the normalisation of a descriptor of norm
+    about 1e-5, the input gradient of a flat patch is 1e12 (SIFTDescriptor, 32 px) to 2e14
+    (DenseSIFTDescriptor) in float32: Inf once narrowed to float16."""
+    angle = torch.atan2(gy, gx + eps)
+    flat = (gx == 0) & (gy == 0)
+    return torch.where(flat, angle.detach(), angle) + 2.0 * pi
+
+
+def _orientation_bins(module: Any, mag: torch.Tensor, ori: torch.Tensor, pi: Any, pool: Any,
+                      dtype: torch.dtype) -> torch.Tensor:
+    o_big = float(module.num_ang_bins) * ori / (2.0 * pi)
+    bo0_big_ = torch.floor(o_big)
+    wo1_big_ = o_big - bo0_big_
+    bo0_big = bo0_big_ % module.num_ang_bins
+    bo1_big = (bo0_big + 1) % module.num_ang_bins
+    wo0_big = (1.0 - wo1_big_) * mag
+    wo1_big = wo1_big_ * mag
+    return torch.cat(
+        [pool((bo0_big == i).to(dtype) * wo0_big + (bo1_big == i).to(dtype) * wo1_big)
+         for i in range(0, module.num_ang_bins)],
+        1,
+    )
+
+
+def build_sift_forward(original: Any) -> Any:
+    names = _release_names(original)
+
+    def float32_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
+        names["KORNIA_CHECK_SHAPE"](input, ["B", "1", f"{self.patch_size}", f"{self.patch_size}"])
+        B: int = input.shape[0]
+        self.pk = self.pk.to(input.dtype).to(input.device)
+        grads = names["spatial_gradient"](input, "diff")
+        gx = grads[:, :, 0]
+        gy = grads[:, :, 1]
+        mag = torch.sqrt(gx * gx + gy * gy + self.eps)
+        ori = _gradient_safe_orientation(gx, gy, self.eps, names["pi"])
+        mag = mag * self.gk.expand_as(mag).type_as(mag).to(mag.device)
+        ang_bins = _orientation_bins(self, mag, ori, names["pi"], self.pk, input.dtype)
+        ang_bins = ang_bins.view(B, -1)
+        ang_bins = F.normalize(ang_bins, p=2)
+        ang_bins = torch.clamp(ang_bins, 0.0, float(self.clipval))
+        ang_bins = F.normalize(ang_bins, p=2)
+        if self.rootsift:
+            ang_bins = torch.sqrt(F.normalize(ang_bins, p=1) + self.eps)
+        return ang_bins
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if isinstance(input, torch.Tensor) and input.dtype == torch.float16:
+            # Every guard (1e-10) is 0 in float16: all-NaN descriptors of a flat patch. In
+            # float32, narrowed once.
+            return float32_forward(self, input.float()).to(torch.float16)
+        return original(self, input)
+
+    return forward
+
+
+def build_dense_sift_forward(original: Any) -> Any:
+    names = _release_names(original)
+
+    def float32_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
+        names["KORNIA_CHECK_SHAPE"](input, ["B", "1", "H", "W"])
+        self.bin_pooling_kernel = self.bin_pooling_kernel.to(input.dtype).to(input.device)
+        self.PoolingConv = self.PoolingConv.to(input.dtype).to(input.device)
+        grads = names["spatial_gradient"](input, "diff")
+        gx = grads[:, :, 0]
+        gy = grads[:, :, 1]
+        mag = torch.sqrt(gx * gx + gy * gy + self.eps)
+        ori = _gradient_safe_orientation(gx, gy, self.eps, names["pi"])
+        ang_bins = _orientation_bins(self, mag, ori, names["pi"], self.bin_pooling_kernel, input.dtype)
+        out_no_norm = self.PoolingConv(ang_bins)
+        out = F.normalize(out_no_norm, dim=1, p=2).clamp_(0, float(self.clipval))
+        out = F.normalize(out, dim=1, p=2)
+        if self.rootsift:
+            out = torch.sqrt(F.normalize(out, p=1) + self.eps)
+        return out
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if isinstance(input, torch.Tensor) and input.dtype == torch.float16:
+            return float32_forward(self, input.float()).to(torch.float16)
+        return original(self, input)
+
+    return forward
+
 
 SIFT_REASON = (
     "float16 forward in float32, narrowed once: every guard (1e-10) is below float16's smallest "
-    "subnormal, so a flat patch gave an all-NaN descriptor"
+    "subnormal, so a flat patch gave an all-NaN descriptor; the orientation's derivative is 0 where the "
+    "pixel gradient is 0 (0.9.0's flat-patch gradient; the release's float32 one is 1e12-2e14, Inf in float16)"
 )
-SIFT_ROWS = (
-    Promote("kornia.feature.siftdesc:SIFTDescriptor.forward", SIFT_REASON, half=("float16",),
-            expects_parameters=SELF_INPUT, optional=True),
-    Promote("kornia.feature.siftdesc:DenseSIFTDescriptor.forward", SIFT_REASON, half=("float16",),
-            expects_parameters=SELF_INPUT, optional=True),
+SIFT_TARGETS = (
+    Target(("kornia.feature.siftdesc:SIFTDescriptor.forward",), build_sift_forward, SELF_INPUT, optional=True,
+           reason=SIFT_REASON),
+    Target(("kornia.feature.siftdesc:DenseSIFTDescriptor.forward",), build_dense_sift_forward, SELF_INPUT,
+           optional=True, reason=SIFT_REASON),
 )
 
 
@@ -234,7 +335,7 @@ FIX = Fix(
         Target(("kornia.feature.hardnet:HardNet8.forward",), build_hardnet8_forward, SELF_INPUT, optional=True,
                reason="both float16 L2 normalizations in float32, as HardNet"),
     )
-    + SIFT_ROWS,
+    + SIFT_TARGETS,
     probe=probe,
     demonstration="kornia_halfpatch.demos.feature_descriptors:demonstrate",
 )

@@ -16,9 +16,11 @@ complex inputs still get kornia's own error.
 
 from __future__ import annotations
 
+import math
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 
 from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed, table
 
@@ -30,9 +32,24 @@ _row = table(Promote, optional=True)
 
 ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
 
+# The Pascal kernel of side k is the outer product of binomial rows normalised by its sum,
+# 4^(k-1): built in the input's dtype, that sum is 65536 for k = 9 (Inf in float16, so every
+# weight is 0 and the pooled image all zeros) and the unnormalised product overflows from k = 15
+# (Inf / Inf: NaN); bfloat16 rounds the binomials themselves past 256.
+BLUR_POOL = (
+    "the Pascal kernel is built in the input's dtype: its normalising sum 4^(k-1) is 65536 for k = 9, Inf in "
+    "float16 (all-zero output), Inf/Inf = NaN from k = 15: kernel and pooling in float32, narrowed once"
+)
+# The modules build their kernel in float32 and cast it to the input's dtype per call: from k = 9
+# its smallest weights (4^-(k-1), 1.5e-5 for k = 9) are float16 subnormals with a few significant
+# bits, and from k = 15 (3.7e-9) they flush to 0, before the half convolution rounds again.
+BLUR_POOL_MODULE = (
+    "the module's float32 Pascal kernel is cast to the input's dtype: from k = 9 its smallest weights "
+    "(4^-(k-1)) are float16 subnormals, from k = 15 they flush to 0: kernel and pooling in float32, narrowed once"
+)
+
 ROWS = (
     # color
-    _row("kornia.color.hls:rgb_to_hls", ZERO_CHROMA + " (and saturation)"),
     _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA),
     _row("kornia.color.hsv:hsv_to_rgb",
          "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
@@ -74,6 +91,10 @@ ROWS = (
          "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
          "bfloat16): in float32"),
     _row("kornia.losses.ssim3d:ssim3d_loss", "variance cancellation (see ssim3d): in float32"),
+    _row("kornia.metrics.psnr:psnr",
+         "the squared error passes 65504 in float16 for differences above 256 (mse Inf: -Inf PSNR, NaN "
+         "gradients) and its gradient, 2 (x - y) / (N mse ln 10) * 10, underflows for 8-bit-range images "
+         "(1e-5: float16 gradients 0): in float32, narrowed once (psnr_loss calls it)"),
     _row("kornia.losses.charbonnier:charbonnier_loss",
          "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32"),
     # filters and feature
@@ -87,6 +108,12 @@ ROWS = (
          "0.8.x: the module's slow_and_differentiable path builds a soft histogram in half, not through "
          "otsu_threshold: in bfloat16 its threshold lands two half steps off (0.5391 for 0.5373 on a 64x64 "
          "random image) and every pixel between flips; in float32"),
+    _row("kornia.filters.blur_pool:blur_pool2d", BLUR_POOL),
+    _row("kornia.filters.blur_pool:max_blur_pool2d",
+         BLUR_POOL + "; max_pool2d, which has no float16 CPU kernel in older torch, runs in float32 with it"),
+    _row("kornia.filters.blur_pool:BlurPool2D.forward", BLUR_POOL_MODULE),
+    _row("kornia.filters.blur_pool:MaxBlurPool2D.forward",
+         BLUR_POOL_MODULE + "; max_pool2d, which has no float16 CPU kernel in older torch, runs in float32 with it"),
     _row("kornia.filters.gaussian:gaussian_blur2d",
          "the Gaussian kernel rounded to half, and the separable passes each rounded: 1.5x (float16) / 2.3x "
          "(bfloat16) the error of the float32 blur rounded once, separable and full kernels disagree by an ulp "
@@ -204,8 +231,8 @@ def build_normal_transform_pixel(original: Any) -> Any:
         # `is not None` first: TorchScript compares an Optional[dtype] only after refining it.
         if dtype is not None and _is_half(dtype):
             # A side of 1 divides by eps: 2/eps = 2e14 is Inf in float16 (and meaningless in
-            # bfloat16). That side has one pixel, coordinate 0, which maps to -1 under any scale,
-            # so the scale of 0.9.0 (1) gives the same normalised coordinate and stays finite.
+            # bfloat16). That side's one pixel is the whole normalised range, so it sits at its
+            # centre: scale 1 and offset 0 (0.9.0's matrix), finite in every dtype.
             return _pixel_to_normalized_float32([height, width], device).to(dtype)
         return original(height, width, eps, device, dtype)
 
@@ -223,8 +250,8 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
     ) -> torch.Tensor:
         if dtype is not None and _is_half(dtype):
             # The release builds this one in the half dtype itself: 1 * 2.0 / 1e-14 overflows
-            # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 has one pixel, coordinate
-            # 0, which maps to -1 under any scale; 0.9.0's scale 1 keeps it finite.
+            # float16 (Inf; 2e14 in bfloat16). As in 2-D: a side of 1 gets scale 1 and offset 0
+            # (0.9.0's matrix).
             return _pixel_to_normalized_float32([depth, height, width], device).to(dtype)
         return original(depth, height, width, eps, device, dtype)
 
@@ -233,8 +260,9 @@ def build_normal_transform_pixel3d(original: Any) -> Any:
 
 def _pixel_to_normalized_float32(size: List[int], device: Optional[torch.device]) -> torch.Tensor:
     """normal_transform_pixel's (``size`` = [height, width]) or normal_transform_pixel3d's
-    ([depth, height, width]) float32 arithmetic, the same in 0.7.0-0.8.3: 2.0 / (side - 1) on
-    the axis of each side (x is width), with the half rule for a side of 1: scale 1. A
+    ([depth, height, width]) float32 arithmetic, the same in 0.7.0-0.8.3: 2.0 / (side - 1) and
+    offset -1 on the axis of each side (x is width), with 0.9.0's rule for a side of 1, all of
+    it: scale 1 and offset 0 (the one pixel at the centre of the normalised range). A
     module-level function of torch alone: scripted callers compile it by name (a closure over the
     release's function failed to resolve in a TorchScript compile after other scripts in kornia's
     own geometry tests)."""
@@ -245,6 +273,8 @@ def _pixel_to_normalized_float32(size: List[int], device: Optional[torch.device]
         side = size[axes - 1 - axis]
         if side != 1:
             matrix[axis, axis] = matrix[axis, axis] * 2.0 / (side - 1.0)
+        else:
+            matrix[axis, axes] = 0.0
     return matrix.unsqueeze(0)
 
 
@@ -253,8 +283,8 @@ def _normalization_chain_float32(
 ) -> torch.Tensor:
     """(de)normalize_homography(3d) where a side is 1: the release builds its normalisation in
     float32 and casts it to half, so that side divides by eps=1e-14 and the 2e14 entry is Inf in
-    float16 (and swamps every other term in bfloat16). Scale 1 on that side (the one pixel still
-    maps to -1), the chain in float32; the caller narrows once."""
+    float16 (and swamps every other term in bfloat16). 0.9.0's normalisation of that side (scale 1,
+    offset 0), the chain in float32; the caller narrows once."""
     src = _pixel_to_normalized_float32(size_src, widened.device)
     dst = _pixel_to_normalized_float32(size_dst, widened.device)
     if denormalize:
@@ -341,29 +371,137 @@ def build_single_level_detection(original: Any) -> Any:
     return detect_features_on_single_level
 
 
+def _rgb_to_hls_float32(image: torch.Tensor, eps: float) -> torch.Tensor:
+    """The releases' HLS conversion (0.7.0-0.8.3 compute it alike) on a float32 image, with the
+    hue's chroma division made safe where the chroma is 0 (0.9.0's rule). There the release
+    divides the channel differences, exactly 0, by ``0 + eps``: the hue is 0 either way, but its
+    derivative is (pi/3) / eps = 1e8 times the upstream gradient (4.3e8 on a random projection),
+    past float16's range, so the float32 gradient narrowed is Inf. Dividing by 1 where the chroma
+    is 0 keeps every value the release computes (differences of 0 stay 0) and gives the hue the
+    derivative (pi/3) * d(difference) there, as 0.9.0 does (1.047 for a unit upstream)."""
+    hue_sectors = torch.tensor([[[0.0]], [[1.0]], [[2.0]]], device=image.device, dtype=image.dtype)
+    maximum, argmax = image.max(-3)
+    minimum = image.min(-3)[0]
+    lightness = maximum + minimum
+    chroma = maximum - minimum
+    safe_chroma = torch.where(chroma == 0, torch.ones_like(chroma), chroma + eps)
+    scaled = image / safe_chroma.unsqueeze(-3)
+    saturation = chroma / (torch.where(lightness < 1.0, lightness, 2.0 - lightness) + eps)
+    lightness = lightness / 2
+    r, g, b = scaled[..., 0, :, :], scaled[..., 1, :, :], scaled[..., 2, :, :]
+    sector = argmax[..., None, :, :] == hue_sectors
+    hue = ((g - b) % 6) * sector[..., 0, :, :]
+    hue = hue + (b - r + 2) * sector[..., 1, :, :]
+    hue = hue + (r - g + 4) * sector[..., 2, :, :]
+    hue = hue * (math.pi / 3.0)
+    return torch.stack([hue, lightness, saturation], -3)
+
+
+def build_rgb_to_hls(original: Any) -> Any:
+    def rgb_to_hls(image: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        if isinstance(image, torch.Tensor) and _is_half(image.dtype):
+            if len(image.shape) < 3 or image.shape[-3] != 3:
+                return original(image, eps)  # kornia's own shape error
+            # On gray pixels the chroma is 0 and eps=1e-8 is 0 in float16 (0/0: NaN hue); in
+            # float32 the hue is right but its gradient is 1e8-scaled (see _rgb_to_hls_float32).
+            return _rgb_to_hls_float32(image.float(), eps).to(image.dtype)
+        return original(image, eps)
+
+    return rgb_to_hls
+
+
+def build_ms_ssim_forward(original: Any) -> Any:
+    def forward(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if not (isinstance(img1, torch.Tensor) and isinstance(img2, torch.Tensor) and _is_half(img1.dtype)):
+                return original(self, img1, img2)
+        # The release's forward (the same in 0.7.0-0.8.3), written out so that TorchScript compiles
+        # the half path too; full precision computes exactly what the release computes.
+        if not len(img1.shape) == len(img2.shape):
+            raise ValueError(f"Input shapes should be same. Got {type(img1)} and {type(img2)}.")
+        dtype = img1.dtype
+        g_masks: torch.Tensor = torch.jit.annotate(torch.Tensor, self._g_masks)
+        if _is_half(dtype):
+            # The local (co)variances E[xy] - E[x]E[y] cancel: in bfloat16 the moments (about 0.25)
+            # round by 2^-9, the size of the variances themselves, so cs and its derivative
+            # 2 / (sigma_x^2 + sigma_y^2 + C2), C2 = 9e-4, are wrong by O(1) where the image is
+            # smooth: the forward's mean hides it, the per-pixel gradient does not (2-3% of
+            # input gradients 40-90x off). Images widened (exact), narrowed once.
+            img1, img2 = img1.float(), img2.float()
+            if _is_half(g_masks.dtype):
+                # A module converted to half holds its Gaussian masks rounded: each sum moves off 1
+                # by up to 2.4e-3 (bfloat16), and with a kernel of sum s the variance is
+                # s sigma^2 + s (1 - s) mu^2, whose second term (mu^2 ~ 0.25) is as large as the
+                # variances: the widened masks are renormalised to sum 1, as built.
+                g_masks = g_masks.float()
+                g_masks = g_masks / g_masks.sum(dim=[1, 2, 3], keepdim=True)
+        CH: int = img1.shape[-3]
+        mux = F.conv2d(img1, g_masks, groups=CH, padding=self.pad)
+        muy = F.conv2d(img2, g_masks, groups=CH, padding=self.pad)
+        mux2 = mux * mux
+        muy2 = muy * muy
+        muxy = mux * muy
+        sigmax2 = F.conv2d(img1 * img1, g_masks, groups=CH, padding=self.pad) - mux2
+        sigmay2 = F.conv2d(img2 * img2, g_masks, groups=CH, padding=self.pad) - muy2
+        sigmaxy = F.conv2d(img1 * img2, g_masks, groups=CH, padding=self.pad) - muxy
+        lc = (2 * muxy + self.C1) / (mux2 + muy2 + self.C1)
+        cs = (2 * sigmaxy + self.C2) / (sigmax2 + sigmay2 + self.C2)
+        lM = lc[:, -1, :, :] * lc[:, -2, :, :] * lc[:, -3, :, :]
+        PIcs = cs.prod(dim=1)
+        loss_ms_ssim = 1 - lM * PIcs
+        loss_l1 = F.l1_loss(img1, img2, reduction="none")
+        gaussian_l1 = F.conv2d(loss_l1, g_masks[-CH:], groups=CH, padding=self.pad).mean(1)
+        loss = self.alpha * loss_ms_ssim + (1 - self.alpha) * gaussian_l1 / self.DR
+        loss = self.compensation * loss
+        if self.reduction == "mean":
+            loss = torch.mean(loss)
+        elif self.reduction == "sum":
+            loss = torch.sum(loss)
+        elif self.reduction == "none":
+            pass
+        else:
+            raise NotImplementedError(f"Invalid reduction mode: {self.reduction}")
+        return loss.to(dtype)
+
+    return forward
+
+
+# First in the table: the probe runs its original.
+RGB_TO_HLS = Target(
+    ("kornia.color.hls:rgb_to_hls",), build_rgb_to_hls, ("image", "eps"), optional=True,
+    reason=ZERO_CHROMA + " (and saturation); in float32 with the hue's chroma division safe where the chroma is 0 "
+           "(0.9.0's rule: the release's float32 hue gradient there is 1e8-scaled, Inf in float16)")
+
 FACTORIES = (
+    Target(("kornia.losses.ms_ssim:MS_SSIMLoss.forward",), build_ms_ssim_forward, ("self", "img1", "img2"),
+           optional=True,
+           reason="the local (co)variances E[xy] - E[x]E[y] cancel in half: bfloat16 input gradients 40-90x off on "
+                  "2-3% of pixels; images and the module's masks widened, the release's loss in float32, narrowed "
+                  "once (written out: the module scripts)"),
     Target(("kornia.filters.kernels:get_gaussian_discrete_kernel1d",), build_discrete_kernel,
            ("kernel_size", "sigma", "force_even"), optional=True,
            reason="the Bessel series overflows float16: all NaN; coefficients in float32, narrowed once "
                   "(the discrete Gaussian blurs use it)"),
     Target(("kornia.geometry.conversions:normal_transform_pixel",), build_normal_transform_pixel,
            ("height", "width", "eps"), optional=True,
-           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; its scale is 1 (0.9.0's) in half"),
+           reason="eps=1e-14 is 0 in float16: a side of 1 gives Inf; in half that side takes 0.9.0's scale 1 and "
+                  "offset 0"),
     Target(("kornia.geometry.conversions:normalize_homography",), build_normalize_homography,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
-                  "with scale 1 on that side, narrowed once (warp_perspective, warp_affine call it)"),
+                  "with 0.9.0's scale 1 and offset 0 on that side, narrowed once (warp_perspective, warp_affine call it)"),
     Target(("kornia.geometry.conversions:denormalize_homography",), build_denormalize_homography,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="as normalize_homography: a side of 1 gives Inf in float16; in float32, narrowed once"),
     Target(("kornia.geometry.conversions:normal_transform_pixel3d",), build_normal_transform_pixel3d,
            ("depth", "height", "width", "eps"), optional=True,
            reason="built in the half dtype: 1 * 2.0 / eps overflows float16, Inf for a side of 1 (2e14 in "
-                  "bfloat16); the side's scale is 1 (0.9.0's) in half, the rest the float32 matrix narrowed"),
+                  "bfloat16); in half that side takes 0.9.0's scale 1 and offset 0, the rest the float32 matrix "
+                  "narrowed"),
     Target(("kornia.geometry.conversions:normalize_homography3d",), build_normalize_homography3d,
            ("dst_pix_trans_src_pix", "dsize_src", "dsize_dst"), optional=True,
            reason="the float32 normalisation cast to half: a side of 1 gives 2e14, Inf in float16; in float32 "
-                  "with scale 1 on that side, narrowed once"),
+                  "with 0.9.0's scale 1 and offset 0 on that side, narrowed once"),
     Target(("kornia.feature.scale_space_detector:MultiResolutionDetector.detect_features_on_single_level",),
            build_single_level_detection, ("self", "level_img", "num_kp", "factor"), optional=True,
            reason="LAF centres (pixel index x level factor) of a half image round to whole pixels: the response "
@@ -384,7 +522,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 
 FIX = Fix(
     name="kornia_dtypes",
-    targets=ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
+    targets=(RGB_TO_HLS,) + ROWS + OUTPUT_DTYPES + ALLOW_LISTS + FACTORIES,
     probe=probe,
     demonstration="kornia_halfpatch.demos.kornia_dtypes:demonstrate",
 )

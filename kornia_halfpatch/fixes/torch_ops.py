@@ -485,9 +485,8 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.geometry.epipolar.projection:projection_from_KRt",
          "K @ [R|t] (bmm) has no float16 CPU kernel in older torch (motion_from_essential_choose_solution calls it): "
          "the projection in float32, narrowed once", kernels=("bmm", "mm")),
-    _row("kornia.filters.blur_pool:_max_blur_pool_by_kernel2d",
-         "max_pool2d has no float16 CPU kernel in older torch: max_blur_pool2d's blur and pooling in float32, "
-         "narrowed once", kernels=("max_pool2d",)),
+    # max_blur_pool2d/MaxBlurPool2D (max_pool2d) are kornia_dtypes rows: their float16 Pascal kernel
+    # overflows, so they run in float32 whatever the kernels.
     _row("kornia.filters.blur_pool:edge_aware_blur_pool2d",
          "max_pool3d (the edge mask's dilation) has no float16 CPU kernel in older torch: the edge-aware blur in "
          "float32, narrowed once", kernels=("max_pool3d",)),
