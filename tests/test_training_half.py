@@ -220,12 +220,37 @@ def test_image_registration_follows_the_float32_trajectory(dtype):
     assert_follows(half, reference, dtype, REGISTRATION_LR, REGISTRATION_GRADIENT_ROUNDINGS)
 
 
+def register_half_images_with_float32_parameters(dtype):
+    """The recipe as kornia ships it (Adam, lr 1e-3) with float32 parameters and half images: a
+    half model under torch's Adam NaNs by itself (its eps 1e-8 is 0 in float16 and 0.001 * g**2
+    underflows, so m / sqrt(v) is 0/0 at the first step; docs/training.md)."""
+    from kornia.geometry import ImageRegistrator
+
+    source, destination = registration_pair()
+    registrator = ImageRegistrator(
+        "homography", lr=REGISTRATION_LR, tolerance=0.0, pyramid_levels=REGISTRATION_LEVELS,
+        num_iterations=REGISTRATION_ITERATIONS)
+    return registrator.register(source.to(dtype), destination.to(dtype)).detach()
+
+
 @pytest.mark.parametrize("dtype", list(HALF.values()), ids=list(HALF))
-def test_image_registration_default_adam_recipe_stays_finite(dtype):
+def test_image_registration_of_half_images_with_float32_parameters(dtype):
+    """Adam's step is about lr whatever the gradient's scale, so there is no per-step rounding
+    bound to hold it to: the half images must give finite float32 parameters that recover the
+    float32 run's motion to within a tenth of it (measured: under 2% on 0.7.4-0.8.3)."""
     with shim(patched=True):
-        _, matrix, warped = register(dtype, optimizer=torch.optim.Adam)
-    assert matrix.dtype == dtype and warped.dtype == dtype
-    assert bool(matrix.isfinite().all()) and bool(warped.isfinite().all())
+        reference = register_half_images_with_float32_parameters(torch.float32)
+        matrix = register_half_images_with_float32_parameters(dtype)
+    assert matrix.dtype == torch.float32 and bool(matrix.isfinite().all())
+    motion = (reference - torch.eye(3)).abs().max()
+    assert (matrix - reference).abs().max() <= 0.1 * motion
+
+
+@pytest.mark.parametrize("dtype", list(HALF.values()), ids=list(HALF))
+def test_image_registration_of_half_images_with_float32_parameters_fails_unpatched(dtype):
+    # the release's warp mixes the float32 matrix's grid with the half image
+    with shim(patched=False), pytest.raises(RuntimeError, match="expected scalar type"):
+        register_half_images_with_float32_parameters(dtype)
 
 
 @pytest.mark.parametrize("dtype", list(HALF.values()), ids=list(HALF))
