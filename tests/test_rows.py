@@ -12,7 +12,8 @@ project promises (README, "What fixed means"):
 - backward (issue 21): a seeded projection of the outputs as the loss, the half gradients are
   the original's float32 gradients on the widened inputs narrowed once to each leaf's dtype
   (bitwise, as the forward), reaching every half leaf and half module parameter; float32
-  gradients bitwise the original's; scripted (a few rows) and compiled (one row) too.
+  gradients bitwise the original's; scripted (four rows: to one half ulp, TorchScript's autodiff
+  rounds float32 its own way) and compiled (one row, to rounding) too.
 Hand-written targets are held to the same: every one to revert, pickling and identity, those
 with an example (tests/examples.py, by label) to the numerical contracts too.
 The oracle is the original, called in the same run on the same machine.
@@ -564,11 +565,41 @@ SCRIPTED_BACKWARD = [row for row, name in zip(ROWS, IDS) if name in (
     "row_kinds:rgb_to_hsv", "geometry_subpix:_solve_cramer_sym3x3", "warp_geometry:warp_affine", "kornia_dtypes:ssim_loss")]
 
 
+def ulp(x):
+    """The spacing of x's dtype at each element of x (its distance to the next value away from 0)."""
+    magnitude = x.abs()
+    return torch.nextafter(magnitude, torch.full_like(magnitude, float("inf"))) - magnitude
+
+
+def assert_within_one_ulp(got, expected, leaves, what, float32_ulps=1):
+    """Each gradient in its leaf's dtype, within ``float32_ulps`` float32 ulps of the max (float32
+    leaves) or one ulp of the leaf's half dtype (half leaves) of the reference."""
+    for index, (g, e, leaf) in enumerate(zip(got, expected, leaves)):
+        assert (g is None) == (e is None), f"{what}: leaf {index}"
+        if e is None:
+            continue
+        assert g.dtype == leaf.dtype == e.dtype, f"{what}: leaf {index}"
+        if leaf.dtype == torch.float32:
+            allowed = float32_ulps * ulp(e.abs().max())
+        else:
+            allowed = ulp(e).float()
+        excess = ((g.float() - e.float()).abs() - allowed).max()
+        assert excess <= 0, f"{what}: leaf {index} beyond the allowed difference by {excess.item():.3g}"
+
+
+# TorchScript's executor differentiates its optimised graphs with formulas of its own (autodiff),
+# and which graph it optimises depends on the inputs each scripted function has seen (torch.jit.script
+# caches the original's, scripted by the forward test first): its float32 gradients are a few
+# float32 ulps from eager's and from another history's. Measured: 1.9e-6 at gradients of 2.4
+# (8 ulps; row_kinds:rgb_to_hsv on 0.7.4). So: float32 within 16 float32 ulps of the largest
+# gradient, half within one half ulp of the scripted original's float32 gradient narrowed.
+SCRIPT_FLOAT32_ULPS = 16
+
+
 @rows(*SCRIPTED_BACKWARD)
 def test_torch_jit_script_backward_is_the_scripted_originals(installed):
     """Scripted, the wrapper's half backward is the scripted original's float32 backward narrowed
-    once, its float32 backward the scripted original's bitwise. (Not the eager backward: the
-    TorchScript executor differentiates its graphs with formulas of its own, float32 ulps apart.)"""
+    once, its float32 backward the scripted original's, to the executor's own float32 rounding."""
     original, replacement, target = installed
     try:
         scripted_original = torch.jit.script(original)
@@ -584,13 +615,13 @@ def test_torch_jit_script_backward_is_the_scripted_originals(installed):
 
     _, leaves, expected = scripted_gradients(scripted_original, factory(torch.float32))
     _, _, got = scripted_gradients(scripted, factory(torch.float32))
-    assert_same_gradients(got, expected, leaves, "float32")
+    assert_within_one_ulp(got, expected, leaves, "float32", SCRIPT_FLOAT32_ULPS)
     for name in half_rule(target)[0]:
         dtype = HALF_DTYPE_NAMES[name]
         _, _, wide = scripted_gradients(scripted_original, widened_example(target, factory, dtype))
         _, leaves, got = scripted_gradients(scripted, factory(dtype))
         expected = [None if e is None else e.to(leaf.dtype) for e, leaf in zip(wide, leaves)]
-        assert_same_gradients(got, expected, leaves, name)
+        assert_within_one_ulp(got, expected, leaves, name)
 
 
 @pytest.mark.slow
