@@ -491,7 +491,36 @@ def backward_rule_of_its_own(target):
     return BACKWARD_RULE_OF_ITS_OWN.get(target.label) or BACKWARD_OPEN_CASES.get(target.label)
 
 
+# The original's float32 gradients by original, with the arguments they were taken at: the
+# examples' values are exact in both half dtypes, so the widened float16 and bfloat16 examples and
+# the float32 example are the same call, backpropagated once for the three tests (CI time).
+_FLOAT32_GRADIENTS = {}
+
+
+def _same_call(first, second):
+    """The same arguments: tensors bitwise, modules of one type with bitwise equal state."""
+    if len(first) != len(second):
+        return False
+    for a, b in zip(first, second):
+        if isinstance(a, torch.nn.Module):
+            state_a, state_b = a.state_dict(), getattr(b, "state_dict", dict)()
+            if type(a) is not type(b) or state_a.keys() != state_b.keys():
+                return False
+            if not all(bitwise_equal(state_a[k], state_b[k]) for k in state_a):
+                return False
+        else:
+            try:
+                if not same(a, b):
+                    return False
+            except RuntimeError:  # a container of tensors compared with == (a params dict): recompute
+                return False
+    return True
+
+
 def float32_gradients_or_skip(original, args):
+    cached = _FLOAT32_GRADIENTS.get(original)
+    if cached is not None and _same_call(cached[0], args):
+        return cached[1]
     try:
         reached, leaves, grads = gradients(original, args)
     except RuntimeError as exc:
@@ -499,6 +528,7 @@ def float32_gradients_or_skip(original, args):
     if grads is None:
         # by rule: integer or boolean outputs, argmax, masks, or a result computed under no_grad
         pytest.skip("non-differentiable: no floating output of the release's float32 call carries a gradient")
+    _FLOAT32_GRADIENTS[original] = (args, (reached, leaves, grads))
     return reached, leaves, grads
 
 
