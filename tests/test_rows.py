@@ -9,7 +9,7 @@ project promises (README, "What fixed means"):
 - the replacement pickles by reference and carries the original's name, module, signature;
 - torch.jit.script holds wherever the original scripts; torch.compile(fullgraph=True) holds
   (three rows only: CI time).
-- backward (issue 21): a seeded projection of the outputs as the loss, the half gradients are
+- backward: a seeded projection of the outputs as the loss, the half gradients are
   the original's float32 gradients on the widened inputs narrowed once to each leaf's dtype
   (bitwise, as the forward), reaching every half leaf and half module parameter; float32
   gradients bitwise the original's; scripted (four rows: to one half ulp, TorchScript's autodiff
@@ -402,7 +402,7 @@ def test_the_battery_covers_every_row_kind():
 
 
 # --------------------------------------------------------------------------------------------
-# Backward: training in half through a promoted target (issue 21). The loss is a fixed seeded
+# Backward: training in half through a promoted target. The loss is a fixed seeded
 # projection of the floating outputs, sum(P * out), with P's entries multiples of 1/16 in
 # [-1, 1]: exact in float16 and bfloat16, so the gradient reaching the original's float32
 # outputs through the wrapper's narrowing is P itself, as in a float32 run. The half backward
@@ -414,22 +414,21 @@ def test_the_battery_covers_every_row_kind():
 # Checked here for what still holds (every leaf reached, in its own dtype, finite where said);
 # their values are tested with their fix.
 _TAKES_090S_FORMULA = (
-    "issue 21: the half path takes 0.9.0's float32 formula, whose gradient differs from the release's "
-    "(tests/test_fix_kornia_dtypes.py): ")
+    "the half path takes 0.9.0's float32 formula, whose gradient differs from the release's "
+    "(tested with its fix): ")
 BACKWARD_RULE_OF_ITS_OWN = {
     # A side of 1 (the example's depth): the release normalises it with 2/eps = 2e14, so its
     # float32 gradient through that entry is ~1e14 or exactly 0 (Inf or 0 narrowed to float16);
     # the half path's scale 1 gives the same forward here but a finite, different gradient.
     "normalize_homography3d": _TAKES_090S_FORMULA + "a side of 1 normalised with scale 1, not 2/eps",
 }
-# Gradients that are the release's float32 gradient narrowed today, and non-finite for it (the
-# release's float32 gradient overflows float16): issue 21 gives their half path 0.9.0's formula
-# (a fix of its own, not the engine's), after which they are no longer the release's narrowed.
-BACKWARD_OPEN_CASES = {
-    "rgb_to_hls": "issue 21, rgb_to_hls on gray pixels: the release's float32 gradient 4.3e8 overflows float16",
-    "SIFTDescriptor.forward": "issue 21, SIFT on a flat patch (the example's second): the release's float32 "
-                              "gradient 1.4e12 overflows float16",
-}
+# The release's float32 gradient overflows float16 at these inputs (the examples include them); the
+# half path takes 0.9.0's float32 formula there, which is finite (their values are tested with their fix).
+BACKWARD_RULE_OF_ITS_OWN.update({
+    "rgb_to_hls": _TAKES_090S_FORMULA + "gray pixels (the release's float32 gradient 4.3e8 overflows float16)",
+    "SIFTDescriptor.forward": _TAKES_090S_FORMULA + "a flat patch (the release's float32 gradient 1.4e12 "
+                              "overflows float16)",
+})
 FINITE_HALF_GRADIENT = set(BACKWARD_RULE_OF_ITS_OWN)
 
 
@@ -492,7 +491,7 @@ def backward_rule_of_its_own(target):
     """Why the target's half gradient is not the release's float32 gradient narrowed, or None."""
     if target.candidates[0] in HALF_RULE_OF_THEIR_OWN:
         return HALF_RULE_OF_THEIR_OWN[target.candidates[0]]
-    return BACKWARD_RULE_OF_ITS_OWN.get(target.label) or BACKWARD_OPEN_CASES.get(target.label)
+    return BACKWARD_RULE_OF_ITS_OWN.get(target.label) 
 
 
 # The original's float32 gradients by original, with the arguments they were taken at: the

@@ -1,4 +1,4 @@
-"""Training through kornia in half precision, as a user does (issue 21), float16 and bfloat16 on CPU.
+"""Training through kornia in half precision, as a user does, float16 and bfloat16 on CPU.
 
 Each scenario runs from one initial state on one batch of data, both exact in float16 and
 bfloat16, in float32 and in the half dtype, with the shim (every fix it installs here) and
