@@ -275,6 +275,36 @@ def test_zca_whitening_still_scripts_and_its_float32_is_unchanged():
     assert bitwise_equal(patched, unpatched)
 
 
+def test_quaternion_products_in_float16():
+    """A float16 quaternion product takes Tensor.cross (no float16 CPU kernel on torch 2.1): where
+    the kernel is missing it is the release's product of the widened quaternions, narrowed,
+    bitwise, and So3 composes and rotates through it; the unpatched release raises. Elsewhere
+    the row is not installed. float32 bitwise unchanged."""
+    from kornia.geometry.liegroup import So3
+    from kornia.geometry.quaternion import Quaternion
+
+    a = torch.tensor([[0.5, 0.5, 0.5, 0.5], [1.0, 0.0, 0.0, 0.0], [0.25, -0.75, 0.5, 0.125]])
+    b = torch.tensor([[0.25, 0.75, -0.5, 0.125], [0.5, 0.5, 0.5, 0.5], [0.0, 0.5, 0.5, -0.5]])
+    with testing.isolated(only=["torch_ops"]):
+        got = (Quaternion(a.half()) * Quaternion(b.half())).data
+        float32 = (Quaternion(a) * Quaternion(b)).data
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            wide = (Quaternion(a) * Quaternion(b)).data.half()
+            assert bitwise_equal((Quaternion(a) * Quaternion(b)).data, float32)
+            if lacks_half_kernel("cross", torch.float16):
+                with expect_missing_kernel_error(match="cross"):
+                    Quaternion(a.half()) * Quaternion(b.half())
+            else:
+                assert bitwise_equal(got, (Quaternion(a.half()) * Quaternion(b.half())).data)
+        assert got.dtype == torch.float16
+        if lacks_half_kernel("cross", torch.float16):
+            assert bitwise_equal(got, wide)
+        rotation = So3.exp(torch.tensor([[0.1, 0.2, 0.3]]).half())
+        rotated = rotation * torch.tensor([[1.0, 2.0, 3.0]]).half()  # the rotation's own axis: unchanged
+        torch.testing.assert_close(rotated.float(), torch.tensor([[1.0, 2.0, 3.0]]), atol=4e-3, rtol=4e-3)
+        assert (rotation * rotation).q.data.dtype == torch.float16
+
+
 def test_so2_log_in_float16():
     """A float16 rotation's angle is Tensor.atan2 of its ComplexHalf parts (no float16 CPU kernel
     on torch 2.1): where the kernel is missing, the log is the release's log of the widened

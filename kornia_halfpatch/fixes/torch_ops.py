@@ -274,6 +274,23 @@ def build_so2_inverse(original: Any) -> Any:
     return inverse
 
 
+def build_quaternion_mul(original: Any) -> Any:
+    def __mul__(self: Any, right: Any) -> Any:
+        data = getattr(self, "data", None)
+        other = getattr(right, "data", None)
+        if (isinstance(data, torch.Tensor) and isinstance(other, torch.Tensor) and data.dtype == torch.float16
+                and other.dtype == torch.float16 and data.device.type == "cpu" and type(right) is type(self)):
+            # The product's vector part is Tensor.cross, which has no float16 CPU kernel in older
+            # torch (So3/Se3 compose and rotate through it): the release's product of the widened
+            # quaternions (exact), narrowed once. The release wraps its result in a new
+            # Parameter (a leaf) either way.
+            widened = original(type(self)(data.detach().float()), type(self)(other.detach().float()))
+            return type(self)(widened.data.to(torch.float16))
+        return original(self, right)
+
+    return __mul__
+
+
 def build_so2_log(original: Any) -> Any:
     def log(self: Any) -> Any:
         z = self.z
@@ -321,6 +338,9 @@ METHOD_TARGETS = (
                   "(defined up to scale; 0.9.0's scale), so it stays finite (every device: the overflow is the dtype's)"),
     Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
            reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
+    Target(("kornia.geometry.quaternion:Quaternion.__mul__",), build_quaternion_mul, ("self", "right"), optional=True,
+           reason="Tensor.cross has no float16 CPU kernel in older torch: float16 quaternion products (So3/Se3 "
+           "composition and rotation) from the widened quaternions, narrowed once", gate=kernel_gate(("cross",), ("float16",))),
     Target(("kornia.geometry.liegroup.so2:So2.log",), build_so2_log, ("self",), optional=True,
            reason="Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu): float16 So2 (and Se2) log from "
            "the rotation in complex64, narrowed once", gate=kernel_gate(("atan2",), ("float16",))),
