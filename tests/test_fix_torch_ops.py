@@ -248,6 +248,10 @@ def test_hand_written_targets_are_installed_where_present():
                 owner = getattr(owner, part)
         except (ImportError, AttributeError):
             continue
+        if target.gate is not None and not target.gate().needed:
+            # gated on a half kernel this torch has (So2.log, Quaternion.__mul__ on torch >= 2.4)
+            assert target.candidates[0] not in installed
+            continue
         assert target.candidates[0] in installed
 
 
