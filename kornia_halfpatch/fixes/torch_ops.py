@@ -535,6 +535,14 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.geometry.epipolar.fundamental:get_closest_point_on_epipolar_line",
          "Tensor.cross and F @ points (bmm) have no float16 CPU kernel in older torch: the closest points in "
          "float32, narrowed once", kernels=("cross", "bmm", "mm")),
+    *(_row(f"kornia.geometry.epipolar._metrics:{name}",
+           "points @ F (bmm) has no float16 CPU kernel in older torch (RANSAC's and find_fundamental's "
+           "epipolar errors): the distances in float32, narrowed once", kernels=("bmm", "mm"))
+      for name in ("sampson_epipolar_distance", "symmetrical_epipolar_distance", "left_to_right_epipolar_distance",
+                   "right_to_left_epipolar_distance")),
+    _row("kornia.geometry.epipolar.projection:projections_from_fundamental",
+         "[e2]x @ F (bmm) has no float16 CPU kernel in older torch: the canonical projection pair in float32, "
+         "narrowed once", kernels=("bmm", "mm")),
     _row("kornia.filters.blur_pool:_max_blur_pool_by_kernel2d",
          "max_pool2d has no float16 CPU kernel in older torch: max_blur_pool2d's blur and pooling in float32, "
          "narrowed once", kernels=("max_pool2d",)),
