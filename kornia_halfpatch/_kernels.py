@@ -78,6 +78,9 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     "reflection_pad3d": lambda d: F.pad(_image(d, 5), [1, 1, 1, 1, 1, 1], mode="reflect"),
     # elementwise, scans, selection, batched products
     "atan2": lambda d: torch.atan2(_points(d), _points(d) + 1),
+    "cross": lambda d: torch.cross(_matrix(d), _matrix(d).flip(-1), dim=-1),
+    "dot": lambda d: torch.dot(_matrix(d)[0], _matrix(d)[1]),
+    "prod": lambda d: torch.prod(_points(d), dim=1),
     "cumsum": lambda d: torch.cumsum(_points(d), 1),
     "eye": lambda d: torch.eye(2, dtype=d),
     "softmax": lambda d: F.softmax(_points(d), dim=-1),

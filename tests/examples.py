@@ -889,6 +889,33 @@ def camera_krt(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     return _in(dtype, K, R, t)
 
 
+def segment_transfer_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(1, 6, 2, 2) segments, the same under a homography, that homography (1, 3, 3), squared=False."""
+    H = torch.tensor([[[1.0, 0.125, 1.0], [-0.0625, 1.0, 0.5], [0.0, 0.0, 1.0]]])
+    return homography_lines(dtype) + _in(dtype, H) + (False,)
+
+
+def homography_sample(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(2, 4, 2) point quadruples and their images: the first keeps its orientation, the second
+    has two points swapped (an invalid sample)."""
+    points1, points2 = _homography_points(torch.Generator().manual_seed(31))
+    points1, points2 = points1[:, :4].repeat(2, 1, 1), points2[:, :4].repeat(2, 1, 1)
+    points2[1] = points2[1, [1, 0, 2, 3]]
+    return _in(dtype, points1, points2)
+
+
+def perpendicular_call(dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(1, 5, 3) lines and (1, 5, 2) pixel points."""
+    g = torch.Generator().manual_seed(45)
+    return _in(dtype, _rand(g, 1, 5, 3) - 0.5, (_rand(g, 1, 5, 2) * 16).round())
+
+
+def closest_point_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(1, 5, 2) pixel points in each image and a fundamental matrix (1, 3, 3)."""
+    g = torch.Generator().manual_seed(46)
+    return _in(dtype, (_rand(g, 1, 5, 2) * 16).round(), (_rand(g, 1, 5, 2) * 16).round(), _rand(g, 1, 3, 3) - 0.5)
+
+
 # --------------------------------------------------------------------------------------------
 # Every target's example, by label
 
@@ -924,6 +951,15 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "median_blur": median_blur_call,
     "euler_from_quaternion": quaternion_components,
     "compute_correspond_epilines": epiline_call,
+    "line_segment_transfer_error_one_way": segment_transfer_call,
+    "sampson_epipolar_distance": closest_point_call,
+    "symmetrical_epipolar_distance": closest_point_call,
+    "left_to_right_epipolar_distance": closest_point_call,
+    "right_to_left_epipolar_distance": closest_point_call,
+    "projections_from_fundamental": square_matrices,
+    "sample_is_valid_for_homography": homography_sample,
+    "get_perpendicular": perpendicular_call,
+    "get_closest_point_on_epipolar_line": closest_point_call,
     "relative_camera_motion": two_camera_poses,
     "projection_from_KRt": camera_krt,
     "MS_SSIMLoss.forward": ms_ssim_call,
@@ -1060,6 +1096,8 @@ EXEMPT: Dict[str, str] = {
     "extract_patches_from_pyramid": SAMPLES_IN_FLOAT32,
     "grid_sample": GRID_SAMPLE,
     "So2.inverse": "complex32 rotations, not a half float tensor: tests/test_fix_torch_ops.py (so2/se2 inverse)",
+    "So2.log": "complex32 rotations, not a half float tensor: tests/test_fix_torch_ops.py (so2 log)",
+    "Quaternion.__mul__": "Quaternion objects, not tensors: tests/test_fix_torch_ops.py (quaternion products)",
     "ZCAWhitening.forward": "a fitted module's forward (fit state from the call): tests/test_fix_torch_ops.py (public API, scripting)",
     "inverse": "torch.inverse for kornia's calls only (module views): tests/test_fix_torch_ops.py (kornia-scoped torch.inverse)",
     "pad": TORCH_OP_FOR_KORNIA,

@@ -15,7 +15,7 @@ from kornia_halfpatch import testing
 from kornia_halfpatch._kernels import widening_missing_kernels
 from kornia_halfpatch.fixes import torch_ops
 import examples as inputs
-from support import HALF_DTYPES, TORCH, UPSTREAM_FIXED, bitwise_equal, lacks_half_kernel
+from support import HALF_DTYPES, TORCH, UPSTREAM_FIXED, bitwise_equal, expect_missing_kernel_error, lacks_half_kernel
 
 import kornia_call_sites
 
@@ -244,6 +244,10 @@ def test_hand_written_targets_are_installed_where_present():
                 owner = getattr(owner, part)
         except (ImportError, AttributeError):
             continue
+        if target.gate is not None and not target.gate().needed:
+            # gated on a half kernel this torch has (So2.log, Quaternion.__mul__ on torch >= 2.4)
+            assert target.candidates[0] not in installed
+            continue
         assert target.candidates[0] in installed
 
 
@@ -269,6 +273,63 @@ def test_zca_whitening_still_scripts_and_its_float32_is_unchanged():
         with kornia_halfpatch.unpatched(["torch_ops"]):
             unpatched = K.enhance.ZCAWhitening().fit(data)(data)
     assert bitwise_equal(patched, unpatched)
+
+
+def test_quaternion_products_in_float16():
+    """A float16 quaternion product takes Tensor.cross (no float16 CPU kernel on torch 2.1): where
+    the kernel is missing it is the release's product of the widened quaternions, narrowed,
+    bitwise, and So3 composes and rotates through it; the unpatched release raises. Elsewhere
+    the row is not installed. float32 bitwise unchanged."""
+    from kornia.geometry.liegroup import So3
+    from kornia.geometry.quaternion import Quaternion
+
+    a = torch.tensor([[0.5, 0.5, 0.5, 0.5], [1.0, 0.0, 0.0, 0.0], [0.25, -0.75, 0.5, 0.125]])
+    b = torch.tensor([[0.25, 0.75, -0.5, 0.125], [0.5, 0.5, 0.5, 0.5], [0.0, 0.5, 0.5, -0.5]])
+    with testing.isolated(only=["torch_ops"]):
+        got = (Quaternion(a.half()) * Quaternion(b.half())).data
+        float32 = (Quaternion(a) * Quaternion(b)).data
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            wide = (Quaternion(a) * Quaternion(b)).data.half()
+            assert bitwise_equal((Quaternion(a) * Quaternion(b)).data, float32)
+            if lacks_half_kernel("cross", torch.float16):
+                with expect_missing_kernel_error(match="cross"):
+                    Quaternion(a.half()) * Quaternion(b.half())
+            else:
+                assert bitwise_equal(got, (Quaternion(a.half()) * Quaternion(b.half())).data)
+        assert got.dtype == torch.float16
+        if lacks_half_kernel("cross", torch.float16):
+            assert bitwise_equal(got, wide)
+        rotation = So3.exp(torch.tensor([[0.1, 0.2, 0.3]]).half())
+        rotated = rotation * torch.tensor([[1.0, 2.0, 3.0]]).half()  # the rotation's own axis: unchanged
+        torch.testing.assert_close(rotated.float(), torch.tensor([[1.0, 2.0, 3.0]]), atol=4e-3, rtol=4e-3)
+        assert (rotation * rotation).q.data.dtype == torch.float16
+
+
+def test_so2_log_in_float16():
+    """A float16 rotation's angle is Tensor.atan2 of its ComplexHalf parts (no float16 CPU kernel
+    on torch 2.1): where the kernel is missing, the log is the release's log of the widened
+    rotation, narrowed, bitwise, and the unpatched release raises; elsewhere the row is not
+    installed and the release's own float16 log runs. float32 bitwise unchanged. (Se2.log calls
+    it, then a float16 matrix product: on torch 2.1 that still needs the bmm kernel.)"""
+    from kornia.geometry.liegroup import So2
+
+    theta = torch.tensor([0.5, 1.25, -2.0, 3.0])
+    with testing.isolated(only=["torch_ops"]):
+        rotation = So2.exp(theta.half())
+        got = rotation.log()
+        assert got.dtype == torch.float16
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            wide = So2(rotation.z.to(torch.complex64)).log().to(torch.float16)
+            float32 = So2.exp(theta).log()
+            if lacks_half_kernel("atan2", torch.float16):
+                with expect_missing_kernel_error(match="atan2"):
+                    rotation.log()
+            else:
+                assert bitwise_equal(got, rotation.log())  # not installed: the release's own
+        if lacks_half_kernel("atan2", torch.float16):
+            assert bitwise_equal(got, wide)
+        torch.testing.assert_close(got.float(), theta, atol=4e-3, rtol=0)
+        assert bitwise_equal(So2.exp(theta).log(), float32)
 
 
 def test_so2_and_se2_inverse_in_float16():

@@ -274,6 +274,36 @@ def build_so2_inverse(original: Any) -> Any:
     return inverse
 
 
+def build_quaternion_mul(original: Any) -> Any:
+    def __mul__(self: Any, right: Any) -> Any:
+        data = getattr(self, "data", None)
+        other = getattr(right, "data", None)
+        if (isinstance(data, torch.Tensor) and isinstance(other, torch.Tensor) and data.dtype == torch.float16
+                and other.dtype == torch.float16 and data.device.type == "cpu" and type(right) is type(self)):
+            # The product's vector part is Tensor.cross, which has no float16 CPU kernel in older
+            # torch (So3/Se3 compose and rotate through it): the release's product of the widened
+            # quaternions (exact), narrowed once. The release wraps its result in a new
+            # Parameter (a leaf) either way.
+            widened = original(type(self)(data.detach().float()), type(self)(other.detach().float()))
+            return type(self)(widened.data.to(torch.float16))
+        return original(self, right)
+
+    return __mul__
+
+
+def build_so2_log(original: Any) -> Any:
+    def log(self: Any) -> Any:
+        z = self.z
+        if z.dtype == torch.complex32 and z.device.type == "cpu":
+            # A float16 rotation's angle is Tensor.atan2 of its ComplexHalf parts, which has no
+            # float16 CPU kernel in older torch: the release's angle of the rotation widened to
+            # complex64 (exact), narrowed once.
+            return original(type(self)(z.to(torch.complex64))).to(torch.float16)
+        return original(self)
+
+    return log
+
+
 def build_torch_inverse(original: Any) -> Any:
     """``torch.inverse`` as kornia's code calls it: a half CPU matrix (which torch refuses) is
     inverted in float32 and narrowed once, right after the op; everything else is torch's call.
@@ -308,6 +338,12 @@ METHOD_TARGETS = (
                   "(defined up to scale; 0.9.0's scale), so it stays finite (every device: the overflow is the dtype's)"),
     Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
            reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
+    Target(("kornia.geometry.quaternion:Quaternion.__mul__",), build_quaternion_mul, ("self", "right"), optional=True,
+           reason="Tensor.cross has no float16 CPU kernel in older torch: float16 quaternion products (So3/Se3 "
+           "composition and rotation) from the widened quaternions, narrowed once", gate=kernel_gate(("cross",), ("float16",))),
+    Target(("kornia.geometry.liegroup.so2:So2.log",), build_so2_log, ("self",), optional=True,
+           reason="Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu): float16 So2 (and Se2) log from "
+           "the rotation in complex64, narrowed once", gate=kernel_gate(("atan2",), ("float16",))),
     Target(("kornia.enhance.zca:ZCAWhitening.forward",), build_zca_forward, ("self", "x", "include_fit"),
            optional=True, reason="fit() keeps float32 statistics (zca_mean); a half input's whitening, computed in "
            "float32, narrowed once (0.9.0's dtype)"),
@@ -485,6 +521,28 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.geometry.epipolar.projection:projection_from_KRt",
          "K @ [R|t] (bmm) has no float16 CPU kernel in older torch (motion_from_essential_choose_solution calls it): "
          "the projection in float32, narrowed once", kernels=("bmm", "mm")),
+    _row("kornia.geometry.homography:line_segment_transfer_error_one_way",
+         "Tensor.cross (the line through each segment) and @ (bmm) have no float16 CPU kernel in older torch "
+         "(find_homography_lines_dlt_iterated calls it): the transfer error in float32, narrowed once",
+         kernels=("cross", "bmm", "mm")),
+    _row("kornia.geometry.homography:sample_is_valid_for_homography",
+         "torch.cross and @ (bmm) have no float16 CPU kernel in older torch (RANSAC's homography sample check): "
+         "the orientation signs from the widened points (a bool mask, as the release returns)",
+         kernels=("cross", "bmm", "mm")),
+    _row("kornia.geometry.epipolar.fundamental:get_perpendicular",
+         "Tensor.cross has no float16 CPU kernel in older torch: the perpendicular lines in float32, narrowed once",
+         kernels=("cross",)),
+    _row("kornia.geometry.epipolar.fundamental:get_closest_point_on_epipolar_line",
+         "Tensor.cross and F @ points (bmm) have no float16 CPU kernel in older torch: the closest points in "
+         "float32, narrowed once", kernels=("cross", "bmm", "mm")),
+    *(_row(f"kornia.geometry.epipolar._metrics:{name}",
+           "points @ F (bmm) has no float16 CPU kernel in older torch (RANSAC's and find_fundamental's "
+           "epipolar errors): the distances in float32, narrowed once", kernels=("bmm", "mm"))
+      for name in ("sampson_epipolar_distance", "symmetrical_epipolar_distance", "left_to_right_epipolar_distance",
+                   "right_to_left_epipolar_distance")),
+    _row("kornia.geometry.epipolar.projection:projections_from_fundamental",
+         "[e2]x @ F (bmm) has no float16 CPU kernel in older torch: the canonical projection pair in float32, "
+         "narrowed once", kernels=("bmm", "mm")),
     # max_blur_pool2d/MaxBlurPool2D (max_pool2d) are kornia_dtypes rows: their float16 Pascal kernel
     # overflows, so they run in float32 whatever the kernels.
     _row("kornia.filters.blur_pool:edge_aware_blur_pool2d",
