@@ -714,10 +714,15 @@ def test_psnr_float16_gradient_is_the_release_float32_gradient_narrowed(scale):
     with testing.isolated(only=["kornia_dtypes"]):
         with kornia_halfpatch.unpatched(["kornia_dtypes"]):
             reference = _psnr_value_and_gradient(first, second, scale)
-            unpatched = _psnr_value_and_gradient(first.half(), second.half(), scale)
+            try:
+                unpatched = _psnr_value_and_gradient(first.half(), second.half(), scale)
+            except RuntimeError as error:  # torch < 2.5 has no float16 CPU mse backward: fails too
+                assert "not implemented for 'Half'" in str(error), error
+                unpatched = None
         got = _psnr_value_and_gradient(first.half(), second.half(), scale)
     assert bool(torch.isfinite(reference[1]).all()) and reference[1].abs().max().item() < torch.finfo(torch.float16).max
     assert all(bitwise_equal(g, r.half()) for g, r in zip(got, reference))
-    assert not bitwise_equal(unpatched[1], reference[1].half())
-    if scale > 256:
-        assert not bool(torch.isfinite(unpatched[1]).any())
+    if unpatched is not None:
+        assert not bitwise_equal(unpatched[1], reference[1].half())
+        if scale > 256:
+            assert not bool(torch.isfinite(unpatched[1]).any())
