@@ -15,7 +15,7 @@ from kornia_halfpatch.fixes import load_fixes
 from support import UPSTREAM_FIXED
 
 PACKAGE = pathlib.Path(kornia_halfpatch.__file__).parent
-ROOT = PACKAGE.parent
+ROOT = pathlib.Path(__file__).resolve().parents[1]  # the checkout (the package may be installed elsewhere)
 
 
 @pytest.mark.release_independent
