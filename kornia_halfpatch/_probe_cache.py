@@ -159,6 +159,10 @@ def fingerprint(obj: Any) -> Optional[Any]:
         ]
     if isinstance(function, (types.BuiltinFunctionType, type)):
         return [type(function).__name__, getattr(function, "__module__", None), getattr(function, "__qualname__", None)]
+    if type(function).__name__ == "ScriptFunction":  # a @torch.jit.script function (kornia 0.8.3's epipolar metrics)
+        code = getattr(function, "code", None)
+        if isinstance(code, str):
+            return ["ScriptFunction", getattr(function, "qualified_name", None), hashlib.sha256(code.encode()).hexdigest()[:24]]
     raise _Unkeyable
 
 
