@@ -200,6 +200,20 @@ def _entry(what: str, originals: Sequence[Any], options: Optional[Dict[str, Any]
     )
 
 
+def a_bool(stored: Any) -> bool:
+    """A stored answer that must be a bool (``remembered``'s ``decode``; anything else is recomputed)."""
+    if not isinstance(stored, bool):
+        raise TypeError(stored)
+    return stored
+
+
+def an_int(stored: Any) -> int:
+    """A stored answer that must be an int (not a bool)."""
+    if not isinstance(stored, int) or isinstance(stored, bool):
+        raise TypeError(stored)
+    return stored
+
+
 def remembered(
     what: str,
     compute: Callable[[], Any],

@@ -192,7 +192,7 @@ def _torch_has_half_cpu_convolution() -> bool:
     # primitive for it), which every testing.isolated() block would pay twice.
     if not _half_cpu_convolution:
         _half_cpu_convolution.append(
-            probe_cache.remembered("networks_cpu_half:half_cpu_convolution", _probe_half_cpu_convolution, bool, _a_bool)
+            probe_cache.remembered("networks_cpu_half:half_cpu_convolution", _probe_half_cpu_convolution, bool, probe_cache.a_bool)
         )
     return _half_cpu_convolution[0]
 
@@ -204,12 +204,6 @@ def _probe_half_cpu_convolution() -> bool:
     except (RuntimeError, NotImplementedError):
         return False
     return True
-
-
-def _a_bool(stored: Any) -> bool:
-    if not isinstance(stored, bool):
-        raise TypeError(stored)
-    return stored
 
 
 def cpu_native_half() -> Tuple[bool, str]:

@@ -200,7 +200,7 @@ def _ramp_is_the_releases(original: Any, axes: Any) -> bool:
     if known is not None and known[0] is original and known[1] is axes:
         return known[2]
     answer = probe_cache.remembered(
-        f"utils_grids:ramp:{axes.__name__}", lambda: _compare_ramps(original, axes), bool, _a_bool, originals=(original,)
+        f"utils_grids:ramp:{axes.__name__}", lambda: _compare_ramps(original, axes), bool, probe_cache.a_bool, originals=(original,)
     )
     _ramp_answers[key] = (original, axes, answer)
     return answer
@@ -212,12 +212,6 @@ def _compare_ramps(original: Any, axes: Any) -> bool:
         if not all(_same_bits(ramp, expected) for ramp in axes(original, size)):
             return False
     return True
-
-
-def _a_bool(stored: Any) -> bool:
-    if not isinstance(stored, bool):
-        raise TypeError(stored)
-    return stored
 
 
 def _ramps_2d(original: Any, size: int) -> List[torch.Tensor]:

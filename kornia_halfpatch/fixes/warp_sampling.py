@@ -298,16 +298,10 @@ def _warning_stacklevel(function: Any) -> int:
     if known is not None and known[0] is function:
         return known[1]
     level = probe_cache.remembered(
-        "warp_sampling:warning_stacklevel", lambda: _read_warning_stacklevel(function), int, _an_int, originals=(function,)
+        "warp_sampling:warning_stacklevel", lambda: _read_warning_stacklevel(function), int, probe_cache.an_int, originals=(function,)
     )
     _stacklevels[id(function)] = (function, level)
     return level
-
-
-def _an_int(stored: Any) -> int:
-    if not isinstance(stored, int) or isinstance(stored, bool):
-        raise TypeError(stored)
-    return stored
 
 
 def _read_warning_stacklevel(function: Any) -> int:
