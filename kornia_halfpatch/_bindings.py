@@ -53,7 +53,7 @@ class BindingIndex:
         # Following mode: id -> the objects whose bindings the engine swaps with it (an original
         # and its replacements), and the namespaces already scanned (kept alive).
         self._related: Optional[Dict[int, List[Any]]] = None
-        self._scanned: Dict[int, Dict[str, Any]] = {}
+        self._scanned: Dict[int, Tuple[Dict[str, Any], int]] = {}  # id -> (namespace, its size then)
         self._modules_seen: Any = None  # sys.modules' size and newest entry at the last scan
         for obj in wanted:
             self.want(obj)
@@ -78,6 +78,23 @@ class BindingIndex:
         if self._found is not None and id(replacement) not in self._wanted:
             self._wanted[id(replacement)] = replacement  # known without a scan: just installed
 
+    def _swapped_with(self, obj: Any) -> List[Any]:
+        """Every object the engine swapped with ``obj``, directly or through others: a
+        replacement installed after the scan sits where an earlier replacement of the same
+        original was found."""
+        assert self._related is not None
+        seen = {id(obj)}
+        order: List[Any] = []
+        pending = list(self._related.get(id(obj), ()))
+        while pending:
+            other = pending.pop()
+            if id(other) in seen:
+                continue
+            seen.add(id(other))
+            order.append(other)
+            pending.extend(self._related.get(id(other), ()))
+        return order
+
     def want(self, obj: Any) -> None:
         if id(obj) not in self._wanted:
             self._wanted[id(obj)] = obj
@@ -99,9 +116,33 @@ class BindingIndex:
         items = list(module_items())
         self._scan(items, found)
         if self._related is not None:
-            self._scanned = {id(namespace): namespace for _, _, namespace in items}
+            self._scanned = {id(namespace): (namespace, len(namespace)) for _, _, namespace in items}
             self._modules_seen = modules_now()
         return found
+
+    def _scan_changed(self, items: List[Tuple[str, Any, Dict[str, Any]]]) -> None:
+        """Scan the modules of ``items`` that are new or whose namespace changed size since they
+        were scanned (following mode)."""
+        assert self._found is not None
+        changed = []
+        for item in items:
+            seen = self._scanned.get(id(item[2]))
+            if seen is None or seen[0] is not item[2] or seen[1] != len(item[2]):
+                changed.append(item)
+        if changed:
+            # A module rescanned: its bindings found before are kept (re-checked at lookup).
+            self._scan(changed, self._found)
+            self._scanned.update((id(namespace), (namespace, len(namespace))) for _, _, namespace in changed)
+
+    def resume(self) -> None:
+        """Serve more engine passes after code other than the engine ran (the block of a
+        kornia_halfpatch.testing context): the modules imported since, and those whose namespace
+        grew or shrank (a name bound or deleted), are scanned again; the rest keep the scan's
+        answer. Not seen: a name that existed before rebound meanwhile, in a module of that size."""
+        if self._related is None or self._found is None:
+            return
+        self._modules_seen = modules_now()
+        self._scan_changed(list(module_items()))
 
     def bindings_of(self, obj: Any) -> List[Tuple[str, Any, str]]:
         self.want(obj)
@@ -109,13 +150,11 @@ class BindingIndex:
             self._found = self._build()
         elif self._related is not None and modules_now() != self._modules_seen:
             self._modules_seen = modules_now()
-            new = [item for item in module_items() if self._scanned.get(id(item[2])) is not item[2]]
-            if new:
-                self._scan(new, self._found)
-                self._scanned.update((id(namespace), namespace) for _, _, namespace in new)
+            new = [item for item in module_items() if self._scanned.get(id(item[2]), (None,))[0] is not item[2]]
+            self._scan_changed(new)
         candidates = self._found.get(id(obj), [])
         if self._related is not None:
-            candidates = candidates + [b for other in self._related.get(id(obj), ()) for b in self._found.get(id(other), [])]
+            candidates = candidates + [b for other in self._swapped_with(obj) for b in self._found.get(id(other), [])]
         # Re-checked at lookup: an install since the scan may have rebound some of them.
         result: List[Tuple[str, Any, str]] = []
         for n, m, a in candidates:

@@ -600,19 +600,25 @@ def revert(names: Optional[Iterable[str]] = None) -> None:
 
 
 @contextlib.contextmanager
-def one_index(also: Iterable[Any] = ()) -> Iterator[None]:
+def one_index(also: Iterable[Any] = (), resume: Optional[BindingIndex] = None) -> Iterator[Optional[BindingIndex]]:
     """Under the lock, the revert() and apply() calls of the block share one following binding
     index (one scan of every module for all of them, instead of one per call: 4 scans of about
     6 ms per testing.isolated() block). Nothing but the engine may rebind the originals or
     replacements of installed fixes while the block runs (kornia_halfpatch.testing's blocks
     call only revert() and apply()). ``also``: objects a later apply() of the block will look
-    up (the originals of fixes it re-installs), found by the same scan."""
+    up (the originals of fixes it re-installs), found by the same scan. ``resume``: the index
+    of an earlier block, brought up to date (``BindingIndex.resume``) instead of a new scan.
+    Yields the index (None inside another block, whose index serves)."""
     with lock:
         if state.shared_index() is not None:
-            yield
+            yield None
             return
-        index = BindingIndex()
-        index.follow()
+        if resume is not None:
+            index = resume
+            index.resume()
+        else:
+            index = BindingIndex()
+            index.follow()
         for obj in also:
             index.want(obj)
         for _, entry in state.every_entry():  # revert() and apply() want them all, class attributes too
@@ -620,7 +626,7 @@ def one_index(also: Iterable[Any] = ()) -> Iterator[None]:
             index.want(entry.replacement)
             index.relate(entry.original, entry.replacement)
         with state.sharing_index(index):
-            yield
+            yield index
 
 
 def _revert_all(chosen: Tuple[str, ...], index: BindingIndex) -> None:

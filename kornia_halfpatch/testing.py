@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import _engine
 from . import _installed as state
+from ._bindings import BindingIndex
 from ._model import Fix, FixStatus, Report, Target
 
 
@@ -62,11 +63,14 @@ def _installed_originals() -> List[Any]:
 
 
 def _restore(
-    snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]], originals: Iterable[Any] = ()
+    snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]],
+    originals: Iterable[Any] = (),
+    index: Optional[BindingIndex] = None,
 ) -> None:
     applied, options, statuses = snapshot
-    # One scan of the modules for the revert and every apply (no user code runs between them).
-    with state.lock, _engine.one_index(originals):
+    # One scan of the modules for the revert and every apply (no user code runs between them),
+    # or none: the scan of the block's start, brought up to date.
+    with state.lock, _engine.one_index(originals, resume=index):
         _engine.revert()
         for names, given in _option_groups(applied, options):
             _engine.apply_without_report(names, None, given)  # the report would be thrown away
@@ -93,12 +97,20 @@ def preserved() -> Iterator[None]:
 def isolated(only: Optional[Iterable[str]] = None, **options: Any) -> Iterator[Report]:
     """Exactly the ``only`` fixes applied (every needed one if ``None``; none for ``()``) for the
     block, configured by ``options``; the previous state restored afterwards."""
-    with preserved():
-        with _engine.one_index():  # one scan of the modules for the revert and the apply
+    snapshot = _snapshot()
+    originals = _installed_originals()
+    index: Optional[BindingIndex] = None
+    try:
+        # One scan of the modules serves the revert and apply here and the restore after the
+        # block (two scans were two thirds of a cycle): the restore re-scans only the modules
+        # the block imported or whose namespace changed size (BindingIndex.resume).
+        with _engine.one_index(originals) as index:
             _engine.revert()
             chosen = tuple(only) if only is not None else None
             report = _engine.apply(only=chosen, **options) if chosen != () else _engine.status()
         yield report
+    finally:
+        _restore(snapshot, originals, index)
 
 
 @contextlib.contextmanager

@@ -598,3 +598,34 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
         assert {name: _installed.options_of(name) for name in _engine.applied_fixes()} == {
             "first": {"shared": 1}, "second": {"own": 2}, "third": {"shared": 3}
         }
+
+
+@needs_old_kornia
+@pytest.mark.parametrize("inside, outside", [((), None), (("utils_grids",), ()), (("utils_grids",), None)])
+def test_isolated_restores_what_its_block_bound_in_new_and_grown_modules(tmp_path, monkeypatch, inside, outside):
+    # testing.isolated() scans the modules once, on entry; its restore re-scans only the modules
+    # imported in the block and those whose namespace changed size. What the block bound there
+    # must end as after a plain revert() or apply().
+    (tmp_path / "bound_in_the_block.py").write_text("from kornia.utils import create_meshgrid\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bound_in_the_block", raising=False)
+    grown = type(sys)("grown_in_the_block")
+    original = kornia_halfpatch.get_original(kornia.utils.create_meshgrid)
+    monkeypatch.setitem(sys.modules, "grown_in_the_block", grown)
+    with testing.isolated(only=outside):
+        outside_value = kornia.utils.create_meshgrid
+        with testing.isolated(only=inside):
+            inside_value = kornia.utils.create_meshgrid
+            assert inside_value is not outside_value
+            import bound_in_the_block
+
+            grown.create_meshgrid = inside_value
+            assert bound_in_the_block.create_meshgrid is inside_value
+        restored = kornia.utils.create_meshgrid  # a hand-written replacement is built anew
+        assert kornia_halfpatch.is_patched(restored) == (outside is None)
+        assert kornia_halfpatch.get_original(restored) is original
+        # A user module keeps what it bound when apply() runs after (reported stale instead);
+        # a replacement it bound is undone when its fix is reverted: the original either way.
+        assert bound_in_the_block.create_meshgrid is original
+        assert grown.create_meshgrid is original
+    sys.modules.pop("bound_in_the_block", None)
