@@ -38,7 +38,7 @@ from robustness_support import (
     case_id,
     checked_fix,
 )
-from support import needs_old_kornia, skip_unreachable_state
+from support import UPSTREAM_FIXED, needs_old_kornia, skip_unreachable_state
 
 STATES_UNDER_TEST = [name for name in STATES if name != "clean"]
 # A fork battery, interpreters and pytester. Per release: each case checks the fixes the release
@@ -54,6 +54,11 @@ JOBS = int(os.environ.get("KORNIA_HALFPATCH_BATTERY_JOBS", "2"))
 
 @pytest.fixture(scope="module")
 def battery():
+    if UPSTREAM_FIXED:
+        # 0.9.0 and later: apply() neither probes nor installs anything (test_engine's
+        # test_kornia_090_is_left_alone), so no state can change what it does; the 88 children
+        # would each re-check a no-op (five minutes of a CI environment).
+        pytest.skip("kornia >= 0.9.0: apply() probes and installs nothing")
     results = battery_support.run_runner(battery_support.battery_cases(), jobs=JOBS, timeout=BATTERY_SECONDS)
     runner = results.pop("_runner")
     print(
