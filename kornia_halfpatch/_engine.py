@@ -662,13 +662,15 @@ def patched(
     with lock:
         before = set(applied_fixes())
         previous = {name: dict(state.options_of(name) or {}) for name in before}
-        report = apply(only, exclude, **options)
+        # One scan of the modules for the apply and the undo (BindingIndex.resume).
+        with one_index() as index:
+            report = apply(only, exclude, **options)
         added = [name for name in applied_fixes() if name not in before]
         changed = [name for name in before if state.is_installed(name) and state.options_of(name) != previous[name]]
     try:
         yield report
     finally:
-        with lock:
+        with lock, one_index(resume=index):
             revert(added)
             for name in changed:
                 revert([name])
@@ -684,12 +686,15 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
         options: Dict[str, Any] = {}
         for name in removed:
             options.update(state.options_of(name) or {})
-        revert(removed)
+        # One scan of the modules for the revert and the re-apply (BindingIndex.resume).
+        with one_index() as index:
+            revert(removed)
     try:
         yield
     finally:
         if removed:
-            apply_without_report(removed, None, options)  # nobody reads this report
+            with lock, one_index(resume=index):
+                apply_without_report(removed, None, options)  # nobody reads this report
 
 
 def _report() -> Report:

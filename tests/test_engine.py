@@ -629,3 +629,26 @@ def test_isolated_restores_what_its_block_bound_in_new_and_grown_modules(tmp_pat
         assert bound_in_the_block.create_meshgrid is original
         assert grown.create_meshgrid is original
     sys.modules.pop("bound_in_the_block", None)
+
+
+@needs_old_kornia
+def test_patched_undoes_what_its_block_bound_in_new_and_grown_modules(tmp_path, monkeypatch):
+    # patched() scans once for its apply and brings that scan up to date for the undo.
+    (tmp_path / "bound_in_patched.py").write_text("from kornia.utils import create_meshgrid\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bound_in_patched", raising=False)
+    grown = type(sys)("grown_in_patched")
+    monkeypatch.setitem(sys.modules, "grown_in_patched", grown)
+    with testing.isolated(only=()):
+        original = kornia.utils.create_meshgrid
+        with kornia_halfpatch.patched(only=["utils_grids"]):
+            replacement = kornia.utils.create_meshgrid
+            assert replacement is not original
+            import bound_in_patched
+
+            grown.create_meshgrid = replacement
+            assert bound_in_patched.create_meshgrid is replacement
+        assert kornia.utils.create_meshgrid is original
+        assert bound_in_patched.create_meshgrid is original
+        assert grown.create_meshgrid is original
+    sys.modules.pop("bound_in_patched", None)

@@ -313,13 +313,17 @@ def test_revert_puts_the_original_back_in_every_alias(installed):
             assert _class_attribute(parent, attribute) is original
         assert kornia_halfpatch.is_patched(parent.__dict__[attribute])  # re-applied after the block
         return
-    in_kornia = lambda obj: sorted(n + "." + a for n, _, a in _bindings.bindings_of(obj) if _bindings.is_kornia_module(n))
-    held = in_kornia(replacement)
+    def in_kornia():  # where kornia's modules bind (the replacement, the original): one scan for both
+        index = _bindings.BindingIndex([replacement, original])
+        return [sorted(n + "." + a for n, _, a in index.bindings_of(obj) if _bindings.is_kornia_module(n)) for obj in (replacement, original)]
+
+    held, original_held = in_kornia()
     assert held or target.scope != _model.SCOPE_EVERYWHERE
-    assert in_kornia(original) == [] or target.scope == _model.SCOPE_KORNIA
+    assert original_held == [] or target.scope == _model.SCOPE_KORNIA
     with kornia_halfpatch.unpatched():
-        assert in_kornia(replacement) == []
-        assert set(held) <= set(in_kornia(original))
+        replacement_held, original_held = in_kornia()
+        assert replacement_held == []
+        assert set(held) <= set(original_held)
 
 
 def _class_attribute(cls, name):
