@@ -916,6 +916,27 @@ def closest_point_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     return _in(dtype, (_rand(g, 1, 5, 2) * 16).round(), (_rand(g, 1, 5, 2) * 16).round(), _rand(g, 1, 3, 3) - 0.5)
 
 
+def transfer_error_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(1, 8, 2) pixel points, their images under a homography with perspective terms plus up to
+    a pixel of noise (on bfloat16's grid), that homography (1, 3, 3)."""
+    g = torch.Generator().manual_seed(47)
+    H = torch.tensor([[[0.96875, -0.25, 2.5], [0.25, 0.96875, -1.75], [0.001953125, -0.0009765625, 1.0]]])
+    points1 = (_rand(g, 1, 8, 2) * 48).round()
+    homogeneous = torch.cat([points1, torch.ones(1, 8, 1)], -1) @ H[0].T
+    points2 = (homogeneous[..., :2] / homogeneous[..., 2:] + _rand(g, 1, 8, 2) - 0.5).bfloat16().float()
+    return _in(dtype, points1, points2, H)
+
+
+def distortion_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(1, 8, 2) pixel points of a 64x48 image, intrinsics with focal length 64, five distortion
+    coefficients (k1, k2, p1, p2, k3) on bfloat16's grid."""
+    g = torch.Generator().manual_seed(48)
+    points = torch.cat([(_rand(g, 1, 8, 1) * 64).round(), (_rand(g, 1, 8, 1) * 48).round()], -1)
+    K = torch.tensor([[[64.0, 0.0, 32.0], [0.0, 64.0, 24.0], [0.0, 0.0, 1.0]]])
+    dist = torch.tensor([[-0.25, 0.078125, 0.0009765625, -0.00048828125, -0.0078125]])
+    return _in(dtype, points, K, dist)
+
+
 # --------------------------------------------------------------------------------------------
 # Every target's example, by label
 
@@ -954,6 +975,9 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "line_segment_transfer_error_one_way": segment_transfer_call,
     "sampson_epipolar_distance": closest_point_call,
     "symmetrical_epipolar_distance": closest_point_call,
+    "oneway_transfer_error": transfer_error_call,
+    "symmetric_transfer_error": transfer_error_call,
+    "distort_points": distortion_call,
     "left_to_right_epipolar_distance": closest_point_call,
     "right_to_left_epipolar_distance": closest_point_call,
     "projections_from_fundamental": square_matrices,

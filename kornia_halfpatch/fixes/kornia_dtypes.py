@@ -48,6 +48,9 @@ BLUR_POOL_MODULE = (
     "(4^-(k-1)) are float16 subnormals, from k = 15 they flush to 0: kernel and pooling in float32, narrowed once"
 )
 
+# The two-view errors' shared reason (kornia 0.9.0 fails these gradients too).
+TWO_VIEW = "pixel coordinates times matrix entries, squared and divided"
+
 ROWS = (
     # color
     _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA),
@@ -158,6 +161,32 @@ ROWS = (
          "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32"),
     _row("kornia.geometry.homography:find_homography_dlt_iterated",
          "0.8.3: the residual reweighting of half points overflows (NaN); the iterations in float32"),
+    # Two-view errors: products of pixel coordinates (hundreds) and matrix entries squared, then
+    # divided. In half the squares underflow or overflow partway and the backward divides by them
+    # again: measured on a 640x480 two-view scene (1 px noise, F of unit norm), kornia 0.8.2,
+    # the point gradients (about 1) were 237 float16 / 67 bfloat16 ulps off (sampson), NaN in 19
+    # of 32 (symmetrical, float16), NaN in 9 of 32 (compute_correspond_epilines, float16). The
+    # gradient with respect to F itself (pixel coordinates squared over line norms: 1e7 there)
+    # is beyond float16's range: narrowed once it is Inf, never NaN (docs/training.md).
+    _row("kornia.geometry.epipolar._metrics:sampson_epipolar_distance",
+         f"{TWO_VIEW}: (x2^T F x1)^2 over the squared line norms in half (float16: the point gradients 237 "
+         "ulps off at 640 px; bfloat16 67): in float32, narrowed once (RANSAC and find_fundamental's errors)"),
+    _row("kornia.geometry.epipolar._metrics:symmetrical_epipolar_distance",
+         f"{TWO_VIEW}: 1 / |l|^2 of lines with entries of 1e-3 overflows float16 (NaN point gradients at 640 px; "
+         "bfloat16 66 ulps off): in float32, narrowed once"),
+    _row("kornia.geometry.epipolar.fundamental:compute_correspond_epilines",
+         f"{TWO_VIEW}: a^2 + b^2 of the line's normal underflows float16 for pixel-scale F, so 1/sqrt of it is Inf "
+         "(NaN gradients) or the release's fallback 1: in float32, narrowed once"),
+    _row("kornia.geometry.homography:oneway_transfer_error",
+         f"{TWO_VIEW}: the projected points (H x / z) and their squared distances round in half (point gradients "
+         "233 float16 / 71 bfloat16 ulps off at 640 px): in float32, narrowed once"),
+    _row("kornia.geometry.homography:symmetric_transfer_error",
+         f"{TWO_VIEW}: both one-way errors and the inverse homography in half (float16: Inf H gradients where "
+         "float32's fit, point gradients 148 ulps off): in float32, narrowed once"),
+    _row("kornia.geometry.calibration.distort:distort_points",
+         "the normalised coordinates (u - cx) / f and the radial polynomial's powers round in half before the "
+         "distortion is scaled back to pixels (K gradients 24 float16 / 11 bfloat16 ulps off): in float32, "
+         "narrowed once"),
 )
 
 # Output dtypes: kornia 0.9.0 keeps histograms in float32 (counts past 2048 lose whole units in
