@@ -937,6 +937,38 @@ def distortion_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     return _in(dtype, points, K, dist)
 
 
+def _local_feature_image_and_lafs() -> Tuple[torch.Tensor, torch.Tensor]:
+    """A (1, 1, 48, 48) textured image and two LAFs (1, 2, 2, 3) inside it, one sheared."""
+    g = torch.Generator().manual_seed(49)
+    image = _rand(g, 1, 1, 48, 48)
+    lafs = torch.tensor([[[[8.0, 1.0, 22.0], [-1.0, 7.0, 20.0]], [[6.0, 0.0, 16.0], [0.0, 6.0, 30.0]]]])
+    return image, lafs
+
+
+def laf_orienter_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(LAFOrienter(32), the LAFs, the image)."""
+    from kornia.feature import LAFOrienter
+
+    image, lafs = _local_feature_image_and_lafs()
+    return (LAFOrienter(32),) + _in(dtype, lafs, image)
+
+
+def laf_descriptors_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(the image, the LAFs, a float32 SIFTDescriptor(32) as built, patch size 32)."""
+    from kornia.feature import SIFTDescriptor
+
+    image, lafs = _local_feature_image_and_lafs()
+    return _in(dtype, image, lafs) + (SIFTDescriptor(32), 32)
+
+
+def local_feature_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(SIFTFeature(num_features=4), a (1, 1, 48, 48) image): detection, orientation, SIFT."""
+    from kornia.feature import SIFTFeature
+
+    image, _ = _local_feature_image_and_lafs()
+    return (SIFTFeature(num_features=4),) + _in(dtype, image)
+
+
 # --------------------------------------------------------------------------------------------
 # Every target's example, by label
 
@@ -978,6 +1010,9 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "oneway_transfer_error": transfer_error_call,
     "symmetric_transfer_error": transfer_error_call,
     "distort_points": distortion_call,
+    "LAFOrienter.forward": laf_orienter_call,
+    "get_laf_descriptors": laf_descriptors_call,
+    "LocalFeature.forward": local_feature_call,
     "left_to_right_epipolar_distance": closest_point_call,
     "right_to_left_epipolar_distance": closest_point_call,
     "projections_from_fundamental": square_matrices,

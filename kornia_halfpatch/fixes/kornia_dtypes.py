@@ -48,6 +48,23 @@ BLUR_POOL_MODULE = (
     "(4^-(k-1)) are float16 subnormals, from k = 15 they flush to 0: kernel and pooling in float32, narrowed once"
 )
 
+# Local features' shared reason (0.9.0 fails these gradients too).
+LOCAL_FEATURE = ("a chain of half roundings (sampled patches, orientation histogram bins, LAF products) moves "
+                 "image and LAF gradients by tens to hundreds of ulps, NaN in float16")
+
+
+def holds_no_half(module: Any) -> bool:
+    """A module none of whose parameters or buffers is float16/bfloat16: a float32 computation of
+    it is what the release does on float32 input. A module converted to half would meet a widened
+    input with half weights (a dtype error where the release's half call runs), so it is left alone."""
+    if not isinstance(module, torch.nn.Module):
+        return False
+    for tensor in list(module.parameters()) + list(module.buffers()):
+        if _is_half(tensor.dtype):
+            return False
+    return True
+
+
 # The two-view errors' shared reason (kornia 0.9.0 fails these gradients too).
 TWO_VIEW = "pixel coordinates times matrix entries, squared and divided"
 
@@ -129,6 +146,22 @@ ROWS = (
     _row("kornia.feature.laf:make_upright",
          "the determinant and the rotation of the LAF's linear part round in half (0.002 off in float16, 0.016 in "
          "bfloat16; eps=1e-9 is 0 in float16): in float32"),
+    # Local features: patches sampled from the half image, an orientation histogram whose peak
+    # moves by a bin when a gradient rounds, LAFs rotated and scaled in half. Measured on a 64x64
+    # random image, kornia 0.8.2 with the shim's other rows: image and LAF gradients 85 ulps off
+    # (float16; 28-41 bfloat16) for LAFOrienter, 287 (54) for get_laf_descriptors with SIFT, 178
+    # (63) for SIFTFeature; unpatched, float16 NaN in each.
+    _row("kornia.feature.orientation:LAFOrienter.forward",
+         f"{LOCAL_FEATURE}: patches, the dominant orientation and the rotated LAF in float32, narrowed once"),
+    _row("kornia.feature.integrated:get_laf_descriptors",
+         f"{LOCAL_FEATURE}: patches and descriptors in float32, narrowed once (a descriptor module converted to "
+         "half keeps the release's half path: its weights would meet a float32 patch)",
+         guard=f"{__name__}:holds_no_half", guard_arguments=("patch_descriptor",)),
+    _row("kornia.feature.integrated:LocalFeature.forward",
+         f"{LOCAL_FEATURE}: detection, orientation and description in float32; LAFs kept in float32 as 0.9.0 "
+         "returns them, responses and descriptors narrowed once (SIFTFeature, GFTTAffNetHardNet, KeyNetHardNet; "
+         "a module converted to half keeps the release's half path)",
+         outputs=("float32", "narrow", "narrow"), guard=f"{__name__}:holds_no_half", guard_arguments=("self",)),
     _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
          "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32"),
     _row("kornia.feature.orientation:PatchDominantGradientOrientation.forward",
