@@ -937,6 +937,30 @@ def distortion_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     return _in(dtype, points, K, dist)
 
 
+def two_view_scene(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """A 640x480 two-view scene (focal length 500): (1, 16, 2) pixel points in each view (the
+    second with up to a pixel of noise), the fundamental matrix of unit norm (1, 3, 3), and a
+    homography with perspective terms (1, 3, 3); every value on bfloat16's grid."""
+    import math
+
+    g = torch.Generator().manual_seed(50)
+    X = torch.rand(16, 3, generator=g) * 2 - 1 + torch.tensor([0.0, 0.0, 5.0])
+    K = torch.tensor([[500.0, 0.0, 320.0], [0.0, 500.0, 240.0], [0.0, 0.0, 1.0]])
+    axis = torch.tensor([0.2, 1.0, 0.1]) / torch.tensor([0.2, 1.0, 0.1]).norm()
+    cross = torch.tensor([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+    R = torch.eye(3) + math.sin(0.3) * cross + (1 - math.cos(0.3)) * (cross @ cross)
+    t = torch.tensor([0.5, 0.1, 0.05])
+    x1 = (K @ X.T).T
+    x2 = (K @ ((R @ X.T).T + t).T).T
+    x1 = x1[:, :2] / x1[:, 2:]
+    x2 = x2[:, :2] / x2[:, 2:] + torch.rand(16, 2, generator=g) - 0.5
+    t_cross = torch.tensor([[0.0, -t[2], t[1]], [t[2], 0.0, -t[0]], [-t[1], t[0], 0.0]])
+    F = torch.linalg.inv(K).T @ t_cross @ R @ torch.linalg.inv(K)
+    H = torch.tensor([[0.96875, -0.25, 24.5], [0.25, 0.96875, -17.75], [0.0001953125, -0.00009765625, 1.0]])
+    exact = [v.bfloat16().float()[None] for v in (x1, x2, F / F.norm(), H)]
+    return _in(dtype, *exact)
+
+
 def _local_feature_image_and_lafs() -> Tuple[torch.Tensor, torch.Tensor]:
     """A (1, 1, 48, 48) textured image and two LAFs (1, 2, 2, 3) inside it, one sheared."""
     g = torch.Generator().manual_seed(49)
@@ -959,14 +983,6 @@ def laf_descriptors_call(dtype: torch.dtype) -> Tuple[object, ...]:
 
     image, lafs = _local_feature_image_and_lafs()
     return _in(dtype, image, lafs) + (SIFTDescriptor(32), 32)
-
-
-def local_feature_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """(SIFTFeature(num_features=4), a (1, 1, 48, 48) image): detection, orientation, SIFT."""
-    from kornia.feature import SIFTFeature
-
-    image, _ = _local_feature_image_and_lafs()
-    return (SIFTFeature(num_features=4),) + _in(dtype, image)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1012,7 +1028,6 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "distort_points": distortion_call,
     "LAFOrienter.forward": laf_orienter_call,
     "get_laf_descriptors": laf_descriptors_call,
-    "LocalFeature.forward": local_feature_call,
     "left_to_right_epipolar_distance": closest_point_call,
     "right_to_left_epipolar_distance": closest_point_call,
     "projections_from_fundamental": square_matrices,

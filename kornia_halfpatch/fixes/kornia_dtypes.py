@@ -149,19 +149,15 @@ ROWS = (
     # Local features: patches sampled from the half image, an orientation histogram whose peak
     # moves by a bin when a gradient rounds, LAFs rotated and scaled in half. Measured on a 64x64
     # random image, kornia 0.8.2 with the shim's other rows: image and LAF gradients 85 ulps off
-    # (float16; 28-41 bfloat16) for LAFOrienter, 287 (54) for get_laf_descriptors with SIFT, 178
-    # (63) for SIFTFeature; unpatched, float16 NaN in each.
+    # (float16; 28-41 bfloat16) for LAFOrienter, 287 (54) for get_laf_descriptors with SIFT;
+    # unpatched, float16 NaN in both. (SIFTFeature keeps 0.9.0's half detection: docs/training.md.)
     _row("kornia.feature.orientation:LAFOrienter.forward",
          f"{LOCAL_FEATURE}: patches, the dominant orientation and the rotated LAF in float32, narrowed once"),
     _row("kornia.feature.integrated:get_laf_descriptors",
          f"{LOCAL_FEATURE}: patches and descriptors in float32, narrowed once (a descriptor module converted to "
-         "half keeps the release's half path: its weights would meet a float32 patch)",
+         "half keeps the release's half path: its weights would meet a float32 patch; LAFDescriptor and the "
+         "LocalFeature pipelines call it)",
          guard=f"{__name__}:holds_no_half", guard_arguments=("patch_descriptor",)),
-    _row("kornia.feature.integrated:LocalFeature.forward",
-         f"{LOCAL_FEATURE}: detection, orientation and description in float32; LAFs kept in float32 as 0.9.0 "
-         "returns them, responses and descriptors narrowed once (SIFTFeature, GFTTAffNetHardNet, KeyNetHardNet; "
-         "a module converted to half keeps the release's half path)",
-         outputs=("float32", "narrow", "narrow"), guard=f"{__name__}:holds_no_half", guard_arguments=("self",)),
     _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
          "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32"),
     _row("kornia.feature.orientation:PatchDominantGradientOrientation.forward",
