@@ -916,6 +916,75 @@ def closest_point_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     return _in(dtype, (_rand(g, 1, 5, 2) * 16).round(), (_rand(g, 1, 5, 2) * 16).round(), _rand(g, 1, 3, 3) - 0.5)
 
 
+def transfer_error_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(1, 8, 2) pixel points, their images under a homography with perspective terms plus up to
+    a pixel of noise (on bfloat16's grid), that homography (1, 3, 3)."""
+    g = torch.Generator().manual_seed(47)
+    H = torch.tensor([[[0.96875, -0.25, 2.5], [0.25, 0.96875, -1.75], [0.001953125, -0.0009765625, 1.0]]])
+    points1 = (_rand(g, 1, 8, 2) * 48).round()
+    homogeneous = torch.cat([points1, torch.ones(1, 8, 1)], -1) @ H[0].T
+    points2 = (homogeneous[..., :2] / homogeneous[..., 2:] + _rand(g, 1, 8, 2) - 0.5).bfloat16().float()
+    return _in(dtype, points1, points2, H)
+
+
+def distortion_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """(1, 8, 2) pixel points of a 64x48 image, intrinsics with focal length 64, five distortion
+    coefficients (k1, k2, p1, p2, k3) on bfloat16's grid."""
+    g = torch.Generator().manual_seed(48)
+    points = torch.cat([(_rand(g, 1, 8, 1) * 64).round(), (_rand(g, 1, 8, 1) * 48).round()], -1)
+    K = torch.tensor([[[64.0, 0.0, 32.0], [0.0, 64.0, 24.0], [0.0, 0.0, 1.0]]])
+    dist = torch.tensor([[-0.25, 0.078125, 0.0009765625, -0.00048828125, -0.0078125]])
+    return _in(dtype, points, K, dist)
+
+
+def two_view_scene(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """A 640x480 two-view scene (focal length 500): (1, 16, 2) pixel points in each view (the
+    second with up to a pixel of noise), the fundamental matrix of unit norm (1, 3, 3), and a
+    homography with perspective terms (1, 3, 3); every value on bfloat16's grid."""
+    import math
+
+    g = torch.Generator().manual_seed(50)
+    X = torch.rand(16, 3, generator=g) * 2 - 1 + torch.tensor([0.0, 0.0, 5.0])
+    K = torch.tensor([[500.0, 0.0, 320.0], [0.0, 500.0, 240.0], [0.0, 0.0, 1.0]])
+    axis = torch.tensor([0.2, 1.0, 0.1]) / torch.tensor([0.2, 1.0, 0.1]).norm()
+    cross = torch.tensor([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+    R = torch.eye(3) + math.sin(0.3) * cross + (1 - math.cos(0.3)) * (cross @ cross)
+    t = torch.tensor([0.5, 0.1, 0.05])
+    x1 = (K @ X.T).T
+    x2 = (K @ ((R @ X.T).T + t).T).T
+    x1 = x1[:, :2] / x1[:, 2:]
+    x2 = x2[:, :2] / x2[:, 2:] + torch.rand(16, 2, generator=g) - 0.5
+    t_cross = torch.tensor([[0.0, -t[2], t[1]], [t[2], 0.0, -t[0]], [-t[1], t[0], 0.0]])
+    F = torch.linalg.inv(K).T @ t_cross @ R @ torch.linalg.inv(K)
+    H = torch.tensor([[0.96875, -0.25, 24.5], [0.25, 0.96875, -17.75], [0.0001953125, -0.00009765625, 1.0]])
+    exact = [v.bfloat16().float()[None] for v in (x1, x2, F / F.norm(), H)]
+    return _in(dtype, *exact)
+
+
+def _local_feature_image_and_lafs() -> Tuple[torch.Tensor, torch.Tensor]:
+    """A (1, 1, 48, 48) textured image and two LAFs (1, 2, 2, 3) inside it, one sheared."""
+    g = torch.Generator().manual_seed(49)
+    image = _rand(g, 1, 1, 48, 48)
+    lafs = torch.tensor([[[[8.0, 1.0, 22.0], [-1.0, 7.0, 20.0]], [[6.0, 0.0, 16.0], [0.0, 6.0, 30.0]]]])
+    return image, lafs
+
+
+def laf_orienter_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(LAFOrienter(32), the LAFs, the image)."""
+    from kornia.feature import LAFOrienter
+
+    image, lafs = _local_feature_image_and_lafs()
+    return (LAFOrienter(32),) + _in(dtype, lafs, image)
+
+
+def laf_descriptors_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(the image, the LAFs, a float32 SIFTDescriptor(32) as built, patch size 32)."""
+    from kornia.feature import SIFTDescriptor
+
+    image, lafs = _local_feature_image_and_lafs()
+    return _in(dtype, image, lafs) + (SIFTDescriptor(32), 32)
+
+
 # --------------------------------------------------------------------------------------------
 # Every target's example, by label
 
@@ -954,6 +1023,11 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "line_segment_transfer_error_one_way": segment_transfer_call,
     "sampson_epipolar_distance": closest_point_call,
     "symmetrical_epipolar_distance": closest_point_call,
+    "oneway_transfer_error": transfer_error_call,
+    "symmetric_transfer_error": transfer_error_call,
+    "distort_points": distortion_call,
+    "LAFOrienter.forward": laf_orienter_call,
+    "get_laf_descriptors": laf_descriptors_call,
     "left_to_right_epipolar_distance": closest_point_call,
     "right_to_left_epipolar_distance": closest_point_call,
     "projections_from_fundamental": square_matrices,

@@ -17,12 +17,15 @@ complex inputs still get kornia's own error.
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from .._model import Finding, Fix, Promote, Target, WidenDtypes, bug_present, not_needed, table
+from .._model import (
+    Finding, Fix, Promote, Target, WidenDtypes, bug_present, load, not_needed, table, unsupported,
+)
 
 
 
@@ -47,6 +50,43 @@ BLUR_POOL_MODULE = (
     "the module's float32 Pascal kernel is cast to the input's dtype: from k = 9 its smallest weights "
     "(4^-(k-1)) are float16 subnormals, from k = 15 they flush to 0: kernel and pooling in float32, narrowed once"
 )
+
+# Local features' shared reason (0.9.0 fails these gradients too).
+LOCAL_FEATURE = ("a chain of half roundings (sampled patches, orientation histogram bins, LAF products) moves "
+                 "image and LAF gradients by tens to hundreds of ulps, NaN in float16")
+
+
+def holds_no_half(module: Any) -> bool:
+    """A module none of whose parameters or buffers is float16/bfloat16: a float32 computation of
+    it is what the release does on float32 input. A module converted to half would meet a widened
+    input with half weights (a dtype error where the release's half call runs), so it is left alone."""
+    if not isinstance(module, torch.nn.Module):
+        return False
+    for tensor in list(module.parameters()) + list(module.buffers()):
+        if _is_half(tensor.dtype):
+            return False
+    return True
+
+
+SAMPSON = "kornia.geometry.epipolar._metrics:sampson_epipolar_distance"
+
+
+def python_function_gate(path: str) -> Callable[[], Finding]:
+    """A row's gate: the row is generated from its original's Python signature, which a
+    ``@torch.jit.script`` function (a ScriptFunction: kornia 0.8.3's sampson_epipolar_distance)
+    does not have. There the target is left to the release (and said so), not the fix."""
+
+    def gate() -> Finding:
+        if type(load(path)).__name__ == "ScriptFunction":
+            return unsupported("compiled with @torch.jit.script in this release: no Python signature to generate "
+                               "the wrapper from; the release's half gradient is left (docs/training.md)")
+        return bug_present()
+
+    return gate
+
+
+# The two-view errors' shared reason (kornia 0.9.0 fails these gradients too).
+TWO_VIEW = "pixel coordinates times matrix entries, squared and divided"
 
 ROWS = (
     # color
@@ -126,6 +166,18 @@ ROWS = (
     _row("kornia.feature.laf:make_upright",
          "the determinant and the rotation of the LAF's linear part round in half (0.002 off in float16, 0.016 in "
          "bfloat16; eps=1e-9 is 0 in float16): in float32"),
+    # Local features: patches sampled from the half image, an orientation histogram whose peak
+    # moves by a bin when a gradient rounds, LAFs rotated and scaled in half. Measured on a 64x64
+    # random image, kornia 0.8.2 with the shim's other rows: image and LAF gradients 85 ulps off
+    # (float16; 28-41 bfloat16) for LAFOrienter, 287 (54) for get_laf_descriptors with SIFT;
+    # unpatched, float16 NaN in both. (SIFTFeature keeps 0.9.0's half detection: docs/training.md.)
+    _row("kornia.feature.orientation:LAFOrienter.forward",
+         f"{LOCAL_FEATURE}: patches, the dominant orientation and the rotated LAF in float32, narrowed once"),
+    _row("kornia.feature.integrated:get_laf_descriptors",
+         f"{LOCAL_FEATURE}: patches and descriptors in float32, narrowed once (a descriptor module converted to "
+         "half keeps the release's half path: its weights would meet a float32 patch; LAFDescriptor and the "
+         "LocalFeature pipelines call it)",
+         guard=f"{__name__}:holds_no_half", guard_arguments=("patch_descriptor",)),
     _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
          "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32"),
     _row("kornia.feature.orientation:PatchDominantGradientOrientation.forward",
@@ -158,6 +210,34 @@ ROWS = (
          "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32"),
     _row("kornia.geometry.homography:find_homography_dlt_iterated",
          "0.8.3: the residual reweighting of half points overflows (NaN); the iterations in float32"),
+    # Two-view errors: products of pixel coordinates (hundreds) and matrix entries squared, then
+    # divided. In half the squares underflow or overflow partway and the backward divides by them
+    # again: measured on a 640x480 two-view scene (1 px noise, F of unit norm), kornia 0.8.2,
+    # the point gradients (about 1) were 237 float16 / 67 bfloat16 ulps off (sampson), NaN in 19
+    # of 32 (symmetrical, float16), NaN in 9 of 32 (compute_correspond_epilines, float16). The
+    # gradient with respect to F itself (pixel coordinates squared over line norms: 1e7 there)
+    # is beyond float16's range: narrowed once it is Inf, never NaN (docs/training.md).
+    # 0.8.3 compiles it with @torch.jit.script: a generated wrapper needs its Python signature.
+    replace(_row(SAMPSON,
+                 f"{TWO_VIEW}: (x2^T F x1)^2 over the squared line norms in half (float16: the point gradients 237 "
+                 "ulps off at 640 px; bfloat16 67): in float32, narrowed once (RANSAC and find_fundamental's errors)"
+                 ).target(), gate=python_function_gate(SAMPSON)),
+    _row("kornia.geometry.epipolar._metrics:symmetrical_epipolar_distance",
+         f"{TWO_VIEW}: 1 / |l|^2 of lines with entries of 1e-3 overflows float16 (NaN point gradients at 640 px; "
+         "bfloat16 66 ulps off): in float32, narrowed once"),
+    _row("kornia.geometry.epipolar.fundamental:compute_correspond_epilines",
+         f"{TWO_VIEW}: a^2 + b^2 of the line's normal underflows float16 for pixel-scale F, so 1/sqrt of it is Inf "
+         "(NaN gradients) or the release's fallback 1: in float32, narrowed once"),
+    _row("kornia.geometry.homography:oneway_transfer_error",
+         f"{TWO_VIEW}: the projected points (H x / z) and their squared distances round in half (point gradients "
+         "233 float16 / 71 bfloat16 ulps off at 640 px): in float32, narrowed once"),
+    _row("kornia.geometry.homography:symmetric_transfer_error",
+         f"{TWO_VIEW}: both one-way errors and the inverse homography in half (float16: Inf H gradients where "
+         "float32's fit, point gradients 148 ulps off): in float32, narrowed once"),
+    _row("kornia.geometry.calibration.distort:distort_points",
+         "the normalised coordinates (u - cx) / f and the radial polynomial's powers round in half before the "
+         "distortion is scaled back to pixels (K gradients 24 float16 / 11 bfloat16 ulps off): in float32, "
+         "narrowed once"),
 )
 
 # Output dtypes: kornia 0.9.0 keeps histograms in float32 (counts past 2048 lose whole units in

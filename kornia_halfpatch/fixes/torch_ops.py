@@ -514,8 +514,9 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.geometry.conversions:euler_from_quaternion",
          "Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu: So3/Se3 to Euler angles): the angles in "
          "float32, narrowed once", kernels=("atan2",)),
-    _row("kornia.geometry.epipolar.fundamental:compute_correspond_epilines",
-         "F @ points (bmm) has no float16 CPU kernel in older torch: the epipolar lines in float32, narrowed once", kernels=("bmm", "mm")),
+    # compute_correspond_epilines, sampson_epipolar_distance and symmetrical_epipolar_distance are
+    # kornia_dtypes rows: their half gradients overflow at pixel scale, so they run in float32
+    # whatever the kernels.
     _row("kornia.geometry.epipolar.essential:relative_camera_motion",
          "R2 @ R1^T (bmm) has no float16 CPU kernel in older torch: the relative motion in float32, narrowed once", kernels=("bmm", "mm")),
     _row("kornia.geometry.epipolar.projection:projection_from_KRt",
@@ -538,8 +539,7 @@ METHOD_KERNEL_ROWS = (
     *(_row(f"kornia.geometry.epipolar._metrics:{name}",
            "points @ F (bmm) has no float16 CPU kernel in older torch (RANSAC's and find_fundamental's "
            "epipolar errors): the distances in float32, narrowed once", kernels=("bmm", "mm"))
-      for name in ("sampson_epipolar_distance", "symmetrical_epipolar_distance", "left_to_right_epipolar_distance",
-                   "right_to_left_epipolar_distance")),
+      for name in ("left_to_right_epipolar_distance", "right_to_left_epipolar_distance")),
     _row("kornia.geometry.epipolar.projection:projections_from_fundamental",
          "[e2]x @ F (bmm) has no float16 CPU kernel in older torch: the canonical projection pair in float32, "
          "narrowed once", kernels=("bmm", "mm")),
