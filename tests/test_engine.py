@@ -1,5 +1,6 @@
 """The patch engine: idempotence, undo, alias coverage, import orders, threads, gating."""
 
+import importlib
 import json
 import sys
 import threading
@@ -600,28 +601,36 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
         }
 
 
+# A kornia module that binds create_meshgrid by name in every release (no deprecation wrapper).
+WARPER = "kornia.geometry.transform.homography_warper"
+
+
+def warper():
+    return importlib.import_module(WARPER)
+
+
 @needs_old_kornia
 @pytest.mark.parametrize("inside, outside", [((), None), (("utils_grids",), ()), (("utils_grids",), None)])
 def test_isolated_restores_what_its_block_bound_in_new_and_grown_modules(tmp_path, monkeypatch, inside, outside):
     # testing.isolated() scans the modules once, on entry; its restore re-scans only the modules
     # imported in the block and those whose namespace changed size. What the block bound there
     # must end as after a plain revert() or apply().
-    (tmp_path / "bound_in_the_block.py").write_text("from kornia.utils import create_meshgrid\n")
+    (tmp_path / "bound_in_the_block.py").write_text(f"from {WARPER} import create_meshgrid\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "bound_in_the_block", raising=False)
     grown = type(sys)("grown_in_the_block")
-    original = kornia_halfpatch.get_original(kornia.utils.create_meshgrid)
+    original = kornia_halfpatch.get_original(warper().create_meshgrid)
     monkeypatch.setitem(sys.modules, "grown_in_the_block", grown)
     with testing.isolated(only=outside):
-        outside_value = kornia.utils.create_meshgrid
+        outside_value = warper().create_meshgrid
         with testing.isolated(only=inside):
-            inside_value = kornia.utils.create_meshgrid
+            inside_value = warper().create_meshgrid
             assert inside_value is not outside_value
             import bound_in_the_block
 
             grown.create_meshgrid = inside_value
             assert bound_in_the_block.create_meshgrid is inside_value
-        restored = kornia.utils.create_meshgrid  # a hand-written replacement is built anew
+        restored = warper().create_meshgrid  # a hand-written replacement is built anew
         assert kornia_halfpatch.is_patched(restored) == (outside is None)
         assert kornia_halfpatch.get_original(restored) is original
         # A user module keeps what it bound when apply() runs after (reported stale instead);
@@ -634,21 +643,21 @@ def test_isolated_restores_what_its_block_bound_in_new_and_grown_modules(tmp_pat
 @needs_old_kornia
 def test_patched_undoes_what_its_block_bound_in_new_and_grown_modules(tmp_path, monkeypatch):
     # patched() scans once for its apply and brings that scan up to date for the undo.
-    (tmp_path / "bound_in_patched.py").write_text("from kornia.utils import create_meshgrid\n")
+    (tmp_path / "bound_in_patched.py").write_text(f"from {WARPER} import create_meshgrid\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "bound_in_patched", raising=False)
     grown = type(sys)("grown_in_patched")
     monkeypatch.setitem(sys.modules, "grown_in_patched", grown)
     with testing.isolated(only=()):
-        original = kornia.utils.create_meshgrid
+        original = warper().create_meshgrid
         with kornia_halfpatch.patched(only=["utils_grids"]):
-            replacement = kornia.utils.create_meshgrid
+            replacement = warper().create_meshgrid
             assert replacement is not original
             import bound_in_patched
 
             grown.create_meshgrid = replacement
             assert bound_in_patched.create_meshgrid is replacement
-        assert kornia.utils.create_meshgrid is original
+        assert warper().create_meshgrid is original
         assert bound_in_patched.create_meshgrid is original
         assert grown.create_meshgrid is original
     sys.modules.pop("bound_in_patched", None)
