@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import types
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _options as options_manifest
 
@@ -166,9 +166,22 @@ def fingerprint(obj: Any) -> Optional[Any]:
     raise _Unkeyable
 
 
+# id(code) -> (the code object, its digest): a function's digest is asked for each of its answers.
+_digests: Dict[int, Tuple[types.CodeType, str]] = {}
+
+
 def _code_digest(code: types.CodeType) -> str:
     """A hash of what a function computes: its bytecode, names and constants (nested code
     objects by their own hash; sets sorted, their order varies with the hash seed)."""
+    known = _digests.get(id(code))
+    if known is not None and known[0] is code:
+        return known[1]
+    digest = _computed_digest(code)
+    _digests[id(code)] = (code, digest)  # the code object is kept: its id is not reused
+    return digest
+
+
+def _computed_digest(code: types.CodeType) -> str:
     digest = hashlib.sha256(code.co_code)
     digest.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
     for constant in code.co_consts:
@@ -185,11 +198,28 @@ class _Unkeyable(Exception):
     """An original with no identity that survives the process: its answer is not kept."""
 
 
-def settings(options: Optional[Dict[str, Any]] = None) -> Any:
+# The shim's variables as last read, with the environment they were read from: settings() is
+# asked for every kept answer (600 in a first apply()), and decoding all of os.environ each
+# time was a tenth of a warm apply(). A snapshot of the raw bytes compares at C speed.
+_variables_read: Optional[Tuple[Any, List[Tuple[str, str]]]] = None
+
+
+def _shim_variables() -> List[Tuple[str, str]]:
+    global _variables_read
+    raw = getattr(os.environ, "_data", None)
+    snapshot = tuple(raw.items()) if isinstance(raw, dict) else None
+    known = _variables_read
+    if snapshot is not None and known is not None and known[0] == snapshot:
+        return known[1]
     variables = sorted(
         (k, v) for k, v in os.environ.items() if k.startswith("KORNIA_HALFPATCH_") and k not in OWN_VARIABLES
     )
-    return [variables, sorted((k, repr(v)) for k, v in (options or {}).items())]
+    _variables_read = (snapshot, variables)
+    return variables
+
+
+def settings(options: Optional[Dict[str, Any]] = None) -> Any:
+    return [list(_shim_variables()), sorted((k, repr(v)) for k, v in (options or {}).items())]
 
 
 def _entry(what: str, originals: Sequence[Any], options: Optional[Dict[str, Any]], by_settings: bool) -> str:
