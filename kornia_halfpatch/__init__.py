@@ -9,7 +9,20 @@ compute the way kornia 0.9.0 does. ``revert()`` undoes everything, ``patched()``
 Set ``KORNIA_HALFPATCH_DISABLE=1`` to turn the shim off without touching code.
 """
 
-from ._engine import (
+import importlib as _importlib
+
+from ._safety import outside_compiler as _outside_compiler
+
+# Imported inside a function torch.compile is running (a graph break has handed the rest of the
+# frame to eager Python), every module body below would go through dynamo's frame callback. torch
+# 2.1's callback reads ``__module__`` of every global a frame names and calls ``.split`` on it;
+# wrapt's pure-Python proxy mixin class keeps ``__module__`` as a property, so wrapt's first
+# import there raised AttributeError into the user's program. The package's modules (wrapt with
+# them) are loaded with frame evaluation off instead; ``from ._engine import`` below then finds
+# them loaded.
+_outside_compiler(_importlib.import_module)(__name__ + "._engine")
+
+from ._engine import (  # noqa: E402 - loaded above, outside dynamo's frame callback
     HalfPatchWarning,
     applied_fixes,
     apply,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -158,6 +159,11 @@ def _build(target: Target, found: "Resolved") -> Any:
     give_identity(replacement, found, scope)
     if target.row is not None:
         _identity_given[id(replacement)] = (replacement, found[0], *where)
+    elif isinstance(original, (staticmethod, classmethod)) and isinstance(replacement, types.FunctionType):
+        # A hand-written replacement of a static or class method (Se3.exp, Hyperplane.through) is
+        # a plain function taking what the method's function takes: installed as the same kind
+        # of descriptor, so the class and its instances bind it as they bound the original.
+        replacement = type(original)(replacement)
     return replacement
 
 

@@ -236,6 +236,19 @@ def similarity_module(dtype: torch.dtype) -> Tuple[object]:
     return (module.to(dtype),)
 
 
+def se3_element(dtype: torch.dtype) -> Tuple[object]:
+    """(an Se3 of two rotations near identity and translations in [-2, 2], its quaternions and
+    translations rounded to bfloat16: exact in both half dtypes) for Se3's log and adjoint."""
+    from kornia.geometry.liegroup import Se3
+    from kornia.geometry.quaternion import Quaternion
+
+    g = torch.Generator().manual_seed(86)
+    q = torch.tensor([[1.0, 0.0, 0.0, 0.0]]) + (_rand(g, 2, 4) - 0.5) * 0.5
+    q = (q / q.norm(dim=-1, keepdim=True)).bfloat16()
+    t = ((_rand(g, 2, 3) - 0.5) * 4).bfloat16()
+    return (Se3(Quaternion(q.to(dtype)), t.to(dtype)),)
+
+
 def pyramid_blur_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor, torch.Tensor]:
     """(ScalePyramid(), a 1-channel 20x24 image, a 15-tap 1-D kernel) for 0.8.3's _blur_fast: inside
     the workaround's guard (a side >= 15), but one channel is not depthwise and was measured to
@@ -1016,6 +1029,8 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "PinholeCamera.intrinsics_inverse": pinhole_camera,
     "Homography.forward_inverse": homography_module,
     "Similarity.forward_inverse": similarity_module,
+    "Se3.log": se3_element,
+    "Se3.adjoint": se3_element,
     "integral_tensor": gray_patch_image,
     "median_blur": median_blur_call,
     "euler_from_quaternion": quaternion_components,
@@ -1172,6 +1187,9 @@ EXEMPT: Dict[str, str] = {
     "So2.inverse": "complex32 rotations, not a half float tensor: tests/test_fix_torch_ops.py (so2/se2 inverse)",
     "So2.log": "complex32 rotations, not a half float tensor: tests/test_fix_torch_ops.py (so2 log)",
     "Quaternion.__mul__": "Quaternion objects, not tensors: tests/test_fix_torch_ops.py (quaternion products)",
+    "Se3.exp": "returns an Se3 object (new Parameters), not tensors: tests/test_fix_torch_ops.py (se3 in float16)",
+    "Hyperplane.through": "returns a Hyperplane (Vector3 normal, Scalar offset), not tensors: tests/test_fix_torch_ops.py (hyperplane)",
+    "Homography.reset_model": "returns nothing, fills the module's parameter in place: tests/test_fix_torch_ops.py (registration model reset)",
     "ZCAWhitening.forward": "a fitted module's forward (fit state from the call): tests/test_fix_torch_ops.py (public API, scripting)",
     "inverse": "torch.inverse for kornia's calls only (module views): tests/test_fix_torch_ops.py (kornia-scoped torch.inverse)",
     "pad": TORCH_OP_FOR_KORNIA,

@@ -559,12 +559,20 @@ def test_side_of_one_homography_normalisation_is_finite_and_consistent_with_the_
 
 
 def test_blur_pool_float16_is_all_zero_unpatched_and_the_release_float32_narrowed_patched():
-    """The Pascal kernel of side 9 is normalised by 4^8 = 65536, Inf in float16: every weight 0."""
+    """The Pascal kernel of side 9 is normalised by 4^8 = 65536, Inf in float16: every weight 0.
+    A torch without a float16 CPU convolution (2.1) stops the release at conv2d (max_blur_pool2d
+    at max_pool2d before it): there the zero weights are shown with the ops that lack a kernel run
+    in float32 on the half values."""
     image = half_cases.blur_pool_image()
+    no_conv = lacks_half_kernel("conv2d", torch.float16)
     for name in ("blur_pool2d", "max_blur_pool2d"):
         call = half_cases.blur_pool_calls()[name]
         with testing.isolated(only=()):
-            unpatched = call(image.half(), 9)
+            if no_conv:
+                with expect_missing_kernel_error(match="conv2d|max_pool2d"):
+                    call(image.half(), 9)
+            with widening_missing_kernels() if no_conv else contextlib.nullcontext():
+                unpatched = call(image.half(), 9)
             reference = call(image, 9)
         with testing.isolated(only=["kornia_dtypes"]):
             patched = call(image.half(), 9)
@@ -670,7 +678,12 @@ def test_ms_ssim_half_backward_is_the_release_float32_backward_narrowed(dtype):
             masks = converted._g_masks.float()
             renormalised._g_masks = masks / masks.sum(dim=[1, 2, 3], keepdim=True)
             converted_reference = _ms_ssim_value_and_gradient(renormalised, first, second)
-            unpatched = _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
+            if lacks_half_kernel("conv2d", dtype):
+                # torch 2.1 (float16): the release stops at its first convolution.
+                with expect_missing_kernel_error(match="conv2d"):
+                    _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
+            else:
+                unpatched = _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
         got = _ms_ssim_value_and_gradient(module, first.to(dtype), second.to(dtype))
         got_converted = _ms_ssim_value_and_gradient(converted, first.to(dtype), second.to(dtype))
     assert all(g.dtype == dtype for g in got + got_converted)

@@ -332,6 +332,140 @@ def test_so2_log_in_float16():
         assert bitwise_equal(So2.exp(theta).log(), float32)
 
 
+def _se3_parts(element):
+    return element.so3.q.data, element.t.data
+
+
+def _log_gradients(element):
+    """The gradients of Se3.log's sum at the element's parameters; None where the log carries no
+    gradient (0.8.3: the quaternion is no Parameter and the translation is read through .data)."""
+    out = element.log()
+    if not out.requires_grad:
+        return None
+    out.float().sum().backward()
+    return [p.grad for p in element.parameters()]
+
+
+def test_se3_exp_log_adjoint_in_float16():
+    """Se3's exp, log and adjoint multiply 3x3 matrices with @ (bmm, no float16 CPU kernel on torch
+    2.1). Where the kernel is missing: exp is the release's element of the widened vector, its
+    quaternion and translation narrowed; log and adjoint the release's on the element's widened
+    parameters, narrowed; bitwise, with gradients reaching the half parameters; the unpatched
+    release raises. Elsewhere the targets are not installed and the release's own float16 runs.
+    bfloat16 (which has the kernel) and float32 are the release's, bitwise."""
+    from kornia.geometry.liegroup import Se3
+
+    v = torch.tensor([[0.25, -0.5, 1.0, 0.125, 0.375, -0.25], [1.5, 0.75, -1.0, -0.5, 0.25, 0.625]])
+    (element,) = inputs.se3_element(torch.float32)
+    missing = lacks_half_kernel("bmm", torch.float16) or lacks_half_kernel("mm", torch.float16)
+    with testing.isolated(only=["torch_ops"]):
+        half = Se3.exp(v.half())
+        via_instance = element.exp(v.half())  # a static method still: the instance is not bound
+        (half_element,) = inputs.se3_element(torch.float16)
+        log, adjoint = half_element.log(), half_element.adjoint()
+        gradients = _log_gradients(half_element)
+        patched32 = (Se3.exp(v), element.log(), element.adjoint())
+        bfloat16 = (Se3.exp(v.bfloat16()), inputs.se3_element(torch.bfloat16)[0].log())
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            wide = Se3.exp(v)
+            (wide_element,) = inputs.se3_element(torch.float32)
+            wide_log = wide_element.log()
+            wide_gradients = _log_gradients(wide_element)
+            release32 = (Se3.exp(v), element.log(), element.adjoint())
+            if lacks_half_kernel("eye", torch.bfloat16):
+                # torch 2.1: the release builds V's identity in bfloat16 (torch_ops' eye target)
+                with expect_missing_kernel_error(match="eye"):
+                    Se3.exp(v.bfloat16())
+                release_bfloat16 = None
+            else:
+                release_bfloat16 = (Se3.exp(v.bfloat16()), inputs.se3_element(torch.bfloat16)[0].log())
+            if missing:
+                for call in (lambda: Se3.exp(v.half()), half_element.log, half_element.adjoint):
+                    with expect_missing_kernel_error(match="bmm|addmm"):
+                        call()
+            else:
+                assert all(bitwise_equal(a, b) for a, b in zip(_se3_parts(half), _se3_parts(Se3.exp(v.half()))))
+                assert bitwise_equal(log, half_element.log()) and bitwise_equal(adjoint, half_element.adjoint())
+    assert all(p.dtype == torch.float16 for p in _se3_parts(half) + _se3_parts(via_instance))
+    assert log.dtype == adjoint.dtype == torch.float16
+    if missing:
+        assert all(bitwise_equal(a, b.half()) for a, b in zip(_se3_parts(half), _se3_parts(wide)))
+        assert all(bitwise_equal(a, b) for a, b in zip(_se3_parts(via_instance), _se3_parts(half)))
+        assert bitwise_equal(log, wide_log.half()) and bitwise_equal(adjoint, wide_element.adjoint().half())
+        # reached where the release's float32 log reaches (0.7.0: the quaternion; the translation
+        # is read through .data)
+        assert (gradients is None) == (wide_gradients is None)
+        assert gradients is None or all(
+            (g is None and w is None) or (g.dtype == torch.float16 and bitwise_equal(g, w.half()))
+            for g, w in zip(gradients, wide_gradients))
+    assert all(bitwise_equal(a, b) for a, b in zip(_se3_parts(patched32[0]), _se3_parts(release32[0])))
+    assert bitwise_equal(patched32[1], release32[1]) and bitwise_equal(patched32[2], release32[2])
+    assert all(p.dtype == torch.bfloat16 for p in _se3_parts(bfloat16[0]) + (bfloat16[1],))
+    if release_bfloat16 is not None:
+        assert all(bitwise_equal(a, b) for a, b in zip(_se3_parts(bfloat16[0]), _se3_parts(release_bfloat16[0])))
+        assert bitwise_equal(bfloat16[1], release_bfloat16[1])
+
+
+def test_hyperplane_through_three_points_in_float16():
+    """The plane through three points takes the cross product of two edges (Tensor.cross, no
+    float16 CPU kernel on torch 2.1): where it is missing, the release's plane through the widened
+    points, normal and offset narrowed, bitwise (tensors or Vector3 points), and the unpatched
+    release raises; elsewhere not installed. float32 and bfloat16 are the release's, bitwise."""
+    from kornia.geometry.plane import Hyperplane
+    from kornia.geometry.vector import Vector3
+
+    p0 = torch.tensor([[0.0, 0.0, 1.0], [1.0, 2.0, 0.5]])
+    p1 = torch.tensor([[1.0, 0.0, 1.25], [0.5, -1.0, 0.25]])
+    p2 = torch.tensor([[0.0, 1.0, 0.75], [2.0, 0.5, 1.5]])
+
+    def plane(dtype, wrap=lambda p: p):
+        found = Hyperplane.through(*(wrap(p.to(dtype)) for p in (p0, p1, p2)))
+        return found.normal.data, found.offset.data
+
+    missing = lacks_half_kernel("cross", torch.float16)
+    with testing.isolated(only=["torch_ops"]):
+        half, half_vectors = plane(torch.float16), plane(torch.float16, Vector3)
+        patched = {dtype: plane(dtype) for dtype in (torch.float32, torch.bfloat16)}
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            release = {dtype: plane(dtype) for dtype in (torch.float32, torch.bfloat16)}
+            if missing:
+                with expect_missing_kernel_error(match="cross"):
+                    plane(torch.float16)
+            else:
+                assert all(bitwise_equal(a, b) for a, b in zip(half, plane(torch.float16)))
+    assert all(t.dtype == torch.float16 for t in half + half_vectors)
+    if missing:
+        assert all(bitwise_equal(a, b.half()) for a, b in zip(half, release[torch.float32]))
+        assert all(bitwise_equal(a, b) for a, b in zip(half_vectors, half))
+    for dtype in patched:
+        assert all(bitwise_equal(a, b) for a, b in zip(patched[dtype], release[dtype])), dtype
+
+
+def test_registration_model_reset_in_half():
+    """ImageRegistrator resets its Homography model with nn.init.eye_, which writes torch.eye in
+    the parameter's dtype (no bfloat16 CPU kernel on torch 2.1): where it is missing, the identity
+    is copied in, exactly, into the same parameter; the unpatched release raises. Elsewhere not
+    installed."""
+    from kornia.geometry.transform.image_registrator import Homography
+
+    with testing.isolated(only=["torch_ops"]):
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            (module,) = inputs.homography_module(dtype)
+            parameter = module.model
+            module.reset_model()
+            assert module.model is parameter and parameter.requires_grad and parameter.dtype == dtype
+            assert torch.equal(parameter.float(), torch.eye(3)), dtype
+            with kornia_halfpatch.unpatched(["torch_ops"]):
+                (module,) = inputs.homography_module(dtype)
+                if lacks_half_kernel("eye", dtype):
+                    with expect_missing_kernel_error(match="eye"):
+                        module.reset_model()
+                else:
+                    module.reset_model()
+                    assert torch.equal(module.model, parameter), dtype
+    assert isinstance(Homography(), torch.nn.Module)
+
+
 def test_so2_and_se2_inverse_in_float16():
     """float16 rotations are ComplexHalf (no CPU reciprocal): the inverse is the release's 1/z on
     the widened z, narrowed, bitwise; float32 bitwise unchanged. bfloat16 has no complex dtype:

@@ -304,6 +304,129 @@ def build_so2_log(original: Any) -> Any:
     return log
 
 
+MATRIX_PRODUCT_KERNELS = ("bmm", "mm")
+
+
+def _lacking_dtypes(kernels: Tuple[str, ...]) -> Tuple[torch.dtype, ...]:
+    """The half dtypes this torch has no CPU kernel for (one of ``kernels``), chosen when a
+    hand-written replacement is built: those are widened, the others keep torch's own kernels
+    (on torch 2.1, bfloat16 has bmm, mm and cross; float16 has eye)."""
+    from .._kernels import lacking
+
+    return tuple(getattr(torch, name) for name in lacking(kernels))
+
+
+def _widened_group_state(group: Any, widened: Tuple[torch.dtype, ...]) -> Optional[Tuple[Dict[str, torch.Tensor], torch.dtype]]:
+    """(name -> float32 copy of each parameter, the half dtype) of a Lie group element whose
+    parameters (rotation quaternion, translation) are all of one dtype of ``widened`` on CPU,
+    else None. A
+    Vector3 translation is no parameter (it would stay half beside a float32 rotation): that
+    element keeps the release's call. The copies are made in the graph, so gradients reach the
+    half parameters, narrowed once by the cast's backward."""
+    translation = getattr(group, "t", None)
+    if translation is not None and not isinstance(translation, torch.Tensor):
+        return None
+    named = list(group.named_parameters(remove_duplicate=False))
+    if not named:
+        return None
+    dtype = named[0][1].dtype
+    if dtype not in widened or any(t.dtype != dtype or t.device.type != "cpu" for _, t in named):
+        return None
+    copies: Dict[int, torch.Tensor] = {}
+    state = {}
+    for name, tensor in named:
+        if id(tensor) not in copies:
+            copies[id(tensor)] = tensor.float()
+        state[name] = copies[id(tensor)]
+    return state, dtype
+
+
+def build_group_method(original: Any) -> Any:
+    """A method of a Lie group element returning a tensor (Se3's log and adjoint), whose ``@``
+    (bmm/mm) has no float16 CPU kernel in older torch: the release's method run with the
+    element's parameters widened to float32 (exact), its result narrowed once."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    dtypes = _lacking_dtypes(MATRIX_PRODUCT_KERNELS)
+
+    def method(self: Any) -> Any:
+        widened = _widened_group_state(self, dtypes) if dtypes else None
+        if widened is None:
+            return original(self)
+        state, dtype = widened
+        with _reparametrize_module(self, state, tie_weights=True, strict=False):
+            out = original(self)
+        return out.to(dtype) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+
+    return method
+
+
+def build_se3_exp(original: Any) -> Any:
+    from kornia.geometry.quaternion import Quaternion
+
+    function = getattr(original, "__func__", original)
+    dtypes = _lacking_dtypes(MATRIX_PRODUCT_KERNELS)
+
+    def exp(v: torch.Tensor) -> Any:
+        if isinstance(v, torch.Tensor) and v.dtype in dtypes and v.device.type == "cpu":
+            # V's omega_hat @ omega_hat (bmm) has no float16 CPU kernel in older torch: the
+            # release's element of the widened vector (exact), its quaternion and translation
+            # narrowed once. The release wraps both in new Parameters (leaves) either way.
+            wide = function(v.float())
+            quaternion = Quaternion(wide.so3.q.data.detach().to(v.dtype))
+            return type(wide)(type(wide.so3)(quaternion), wide.t.data.detach().to(v.dtype))
+        return function(v)
+
+    return exp
+
+
+def _point_data(p: Any) -> Optional[torch.Tensor]:
+    # A tensor, or kornia's Vector3 wrapping one.
+    if isinstance(p, torch.Tensor):
+        return p
+    data = getattr(p, "data", None)
+    return data if isinstance(data, torch.Tensor) else None
+
+
+def build_hyperplane_through(original: Any) -> Any:
+    function = getattr(original, "__func__", original)
+    dtypes = _lacking_dtypes(("cross",))
+
+    def through(cls: Any, p0: torch.Tensor, p1: torch.Tensor, p2: Optional[torch.Tensor] = None) -> Any:
+        points = (p0, p1, p2)
+        data = [_point_data(p) for p in points] if p2 is not None else []
+        if (data and all(d is not None for d in data) and data[0].dtype in dtypes and data[0].device.type == "cpu"
+                and all(d.dtype == data[0].dtype for d in data)):
+            # The normal is the cross product of two edges (Tensor.cross), which has no float16
+            # CPU kernel in older torch: the release's plane through the widened points (exact),
+            # normal and offset narrowed once (the 2-D case has no cross product: the release's).
+            dtype = data[0].dtype
+            wide = function(cls, *(d.float() if p is d else type(p)(d.float()) for p, d in zip(points, data)))
+            normal, offset = wide.normal, wide.offset
+            return cls(type(normal)(normal.data.to(dtype)), type(offset)(offset.data.to(dtype)))
+        return function(cls, p0, p1, p2)
+
+    return through
+
+
+def build_homography_reset_model(original: Any) -> Any:
+    dtypes = _lacking_dtypes(("eye",))
+
+    def reset_model(self: Any) -> None:
+        model = getattr(self, "model", None)
+        if (isinstance(model, torch.Tensor) and model.dtype in dtypes and model.device.type == "cpu"
+                and model.dim() == 2):
+            # torch.nn.init.eye_ writes torch.eye into the parameter in its own dtype, which has no
+            # bfloat16 CPU kernel in torch 2.1 (ImageRegistrator resets its model per level): the
+            # identity is exact in every dtype, so the float32 one is copied in.
+            with torch.no_grad():
+                model.copy_(torch.eye(model.shape[0], model.shape[1]))
+            return None
+        return original(self)
+
+    return reset_model
+
+
 def build_torch_inverse(original: Any) -> Any:
     """``torch.inverse`` as kornia's code calls it: a half CPU matrix (which torch refuses) is
     inverted in float32 and narrowed once, right after the op; everything else is torch's call.
@@ -344,6 +467,19 @@ METHOD_TARGETS = (
     Target(("kornia.geometry.liegroup.so2:So2.log",), build_so2_log, ("self",), optional=True,
            reason="Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu): float16 So2 (and Se2) log from "
            "the rotation in complex64, narrowed once", gate=kernel_gate(("atan2",), ("float16",))),
+    Target(("kornia.geometry.liegroup.se3:Se3.exp",), build_se3_exp, ("v",), optional=True,
+           reason="omega_hat @ omega_hat (bmm) has no float16 CPU kernel in older torch: the half Se3 of the widened "
+           "vector, quaternion and translation narrowed once", gate=kernel_gate(MATRIX_PRODUCT_KERNELS)),
+    *(Target((f"kornia.geometry.liegroup.se3:Se3.{name}",), build_group_method, ("self",), optional=True,
+             reason=f"{what} (bmm) has no float16 CPU kernel in older torch: Se3.{name} of the element's parameters "
+             "widened to float32, narrowed once", gate=kernel_gate(MATRIX_PRODUCT_KERNELS))
+      for name, what in (("log", "omega_hat @ omega_hat"), ("adjoint", "hat(t) @ R"))),
+    Target(("kornia.geometry.plane:Hyperplane.through",), build_hyperplane_through, ("cls", "p0", "p1", "p2"),
+           optional=True, reason="Tensor.cross has no float16 CPU kernel in older torch: the plane through three "
+           "widened points, normal and offset narrowed once", gate=kernel_gate(("cross",))),
+    Target(("kornia.geometry.transform.image_registrator:Homography.reset_model",), build_homography_reset_model,
+           ("self",), optional=True, reason="eye has no bfloat16 CPU kernel in torch 2.1 (nn.init.eye_ of a half "
+           "registration model): the identity copied in from float32, exactly", gate=kernel_gate(("eye",))),
     Target(("kornia.enhance.zca:ZCAWhitening.forward",), build_zca_forward, ("self", "x", "include_fit"),
            optional=True, reason="fit() keeps float32 statistics (zca_mean); a half input's whitening, computed in "
            "float32, narrowed once (0.9.0's dtype)"),
