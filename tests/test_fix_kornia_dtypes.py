@@ -795,6 +795,10 @@ def test_two_view_float16_gradients_are_nan_unpatched():
     tensors = inputs.two_view_scene(torch.float16)
     with testing.isolated(only=()):
         for name in ("symmetrical_epipolar_distance", "compute_correspond_epilines"):
+            if lacks_half_kernel("bmm", torch.float16):  # torch 2.1: the release cannot even run
+                with expect_missing_kernel_error():
+                    _projected_gradients(calls[name], tensors)
+                continue
             points_gradient = _projected_gradients(calls[name], tensors)[0]
             assert not bool(torch.isfinite(points_gradient).all()), name
 
