@@ -78,6 +78,23 @@ def oracle_python() -> str:
     )
 
 
+_torches: Dict[str, object] = {}
+
+
+def _torch_of(python: str):
+    """The torch version installed for ``python`` (None if it cannot be read), without importing it."""
+    if python not in _torches:
+        try:
+            result = subprocess.run(
+                [python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+                capture_output=True, text=True, timeout=60,
+            )
+            _torches[python] = result.stdout.strip() if result.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            _torches[python] = None
+    return _torches[python]
+
+
 def kornia090_outputs(name: str) -> dict:
     """Kornia 0.9.0's live outputs of generator ``gen_<name>.py`` (skips if no oracle is available)."""
     if name in _loaded:
@@ -87,6 +104,15 @@ def kornia090_outputs(name: str) -> dict:
     path = _output_directory() / kernel_conditions.output_name(name)
     if not path.exists():
         python = oracle_python()
+        theirs = _torch_of(python)
+        if theirs is not None and theirs != torch.__version__:
+            # Another torch computes under other kernel conditions whatever it is given: running
+            # its generator only to find that out cost up to a minute per generator per stack.
+            _unavailable_here[name] = (
+                f"the kornia 0.9.0 oracle ({python}) runs torch {theirs}, this process torch "
+                f"{torch.__version__}: its outputs are not comparable"
+            )
+            _unavailable(_unavailable_here[name])
         # The oracle inherits this process's environment: the same kernel overrides and thread count.
         result = subprocess.run(
             [python, str(GENERATOR), "--live", str(_output_directory()), name],
