@@ -510,19 +510,16 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
     index = state.shared_index() if state.shared_index() is not None else BindingIndex()
     # First every selected fix is gated, probed and built, patching nothing...
     evaluated: List[_Evaluated] = []
-    from ._isolation import probe_state
-
-    with probe_state():  # entered once for every fix's evaluation
-        for fix in fixes:
-            given = {key: value for key, value in (options or {}).items() if key in fix.options}
-            if state.is_installed(fix.name):
-                if not given or fix.name not in selection or given == state.options_of(fix.name):
-                    continue
-                _uninstall(fix.name)  # asked for with other options: reinstall with those
-            if fix.name not in selection:
-                state.set_status_if_unknown(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
+    for fix in fixes:
+        given = {key: value for key, value in (options or {}).items() if key in fix.options}
+        if state.is_installed(fix.name):
+            if not given or fix.name not in selection or given == state.options_of(fix.name):
                 continue
-            evaluated.append(_evaluate(fix, given, kornia_version, notes))
+            _uninstall(fix.name)  # asked for with other options: reinstall with those
+        if fix.name not in selection:
+            state.set_status_if_unknown(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
+            continue
+        evaluated.append(_evaluate(fix, given, kornia_version, notes))
     # Every original this apply() rebinds, known before the index's one scan (the first lookup,
     # in the first install): only the targets that go in, not those their gates left out.
     for item in evaluated:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import warnings
 from typing import Any, Callable, ContextManager, Iterator, List
 
@@ -209,26 +208,6 @@ def probe_state() -> Iterator[None]:
     initialised CUDA device's) forked and seeded, warnings the probe's own code emits ignored
     (under ``python -W error`` a kornia deprecation warning would otherwise abort the probe).
     """
-    if getattr(_inside, "active", False):
-        # Already in it (one apply() pass evaluates every fix in one probe state; entering and
-        # leaving it per fix was a tenth of a testing.isolated() cycle): each fix's probes still
-        # draw from the seeded stream, whatever ran before them.
-        with _private_random_stream():
-            yield
-        return
-    _inside.active = True
-    try:
-        with _clean_state():
-            yield
-    finally:
-        _inside.active = False
-
-
-_inside = threading.local()  # .active: this thread is inside probe_state()
-
-
-@contextlib.contextmanager
-def _clean_state() -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         _enter(stack, _without_jit_tracing)
         _enter(stack, _without_dispatch_modes)
