@@ -54,6 +54,11 @@ class BindingIndex:
         # and its replacements), and the namespaces already scanned (kept alive).
         self._related: Optional[Dict[int, List[Any]]] = None
         self._scanned: Dict[int, Tuple[Dict[str, Any], int]] = {}  # id -> (namespace, its size then)
+        # The scanned modules in order, with their namespaces' sizes then: resume() compares the
+        # sizes of all of them at C speed (map(len)), and looks one by one only if one changed.
+        self._items: List[Tuple[str, Any, Dict[str, Any]]] = []
+        self._sizes: List[int] = []
+        self._positions: Dict[int, int] = {}  # id(namespace) -> its place in _items
         self._modules_seen: Any = None  # sys.modules' size and newest entry at the last scan
         for obj in wanted:
             self.want(obj)
@@ -95,6 +100,33 @@ class BindingIndex:
             pending.extend(self._related.get(id(other), ()))
         return order
 
+    def prune(self, keep: Iterable[Any]) -> None:
+        """Forget the objects swapped with others that are not in ``keep`` (the replacements of
+        fixes reverted since, rebuilt at every apply for hand-written targets), their bindings
+        handed to the objects they were swapped with: a kept index (``one_index``) otherwise
+        follows one more object per target and block for the rest of the process. An object
+        the engine reverted is bound nowhere it could find, so only the places are kept, for
+        the lookups of the objects that take its place."""
+        if self._related is None:
+            return
+        kept = {id(obj) for obj in keep}
+        for stale_id in [key for key in self._related if key not in kept]:
+            others = self._related.pop(stale_id)
+            places = self._found.pop(stale_id, []) if self._found is not None else []
+            for other in others:
+                related = self._related.get(id(other))
+                if related is None:
+                    continue
+                # Its own relations pass to the objects it linked (a chain stays connected).
+                related[:] = [o for o in related if id(o) != stale_id]
+                for further in others:
+                    if further is not other and not any(o is further for o in related):
+                        related.append(further)
+                if self._found is not None and places:
+                    known = self._found.setdefault(id(other), [])
+                    known.extend(p for p in places if not any(p[1] is k[1] and p[2] == k[2] for k in known))
+            self._wanted.pop(stale_id, None)
+
     def want(self, obj: Any) -> None:
         if id(obj) not in self._wanted:
             self._wanted[id(obj)] = obj
@@ -117,6 +149,9 @@ class BindingIndex:
         self._scan(items, found)
         if self._related is not None:
             self._scanned = {id(namespace): (namespace, len(namespace)) for _, _, namespace in items}
+            self._items = items
+            self._sizes = [len(namespace) for _, _, namespace in items]
+            self._positions = {id(namespace): position for position, (_, _, namespace) in enumerate(items)}
             self._modules_seen = modules_now()
         return found
 
@@ -132,6 +167,14 @@ class BindingIndex:
         if changed:
             # A module rescanned: its bindings found before are kept (re-checked at lookup).
             self._scan(changed, self._found)
+            for item in changed:
+                position = self._positions.get(id(item[2]))
+                if position is None:
+                    self._positions[id(item[2])] = len(self._items)
+                    self._items.append(item)
+                    self._sizes.append(len(item[2]))
+                else:
+                    self._sizes[position] = len(item[2])
             self._scanned.update((id(namespace), (namespace, len(namespace))) for _, _, namespace in changed)
 
     def resume(self) -> None:
@@ -141,8 +184,22 @@ class BindingIndex:
         answer. Not seen: a name that existed before rebound meanwhile, in a module of that size."""
         if self._related is None or self._found is None:
             return
-        self._modules_seen = modules_now()
-        self._scan_changed(list(module_items()))
+        if modules_now() != self._modules_seen:
+            self._modules_seen = modules_now()
+            self._scan_changed([item for item in module_items() if id(item[2]) not in self._scanned])
+        sizes = list(map(len, (namespace for _, _, namespace in self._items)))
+        if sizes != self._sizes:
+            grown = [item for item, now, then in zip(self._items, sizes, self._sizes) if now != then]
+            self._scan(grown, self._found)
+            self._sizes = sizes
+            self._scanned.update((id(namespace), (namespace, len(namespace))) for _, _, namespace in grown)
+
+    def scan_now(self) -> None:
+        """Scan before anything is installed: a scan made after an install has set a target's
+        own attribute to its replacement would miss that binding (only the originals are
+        wanted then), and a kept index would never restore it."""
+        if self._found is None:
+            self._found = self._build()
 
     def bindings_of(self, obj: Any) -> List[Tuple[str, Any, str]]:
         self.want(obj)

@@ -72,7 +72,7 @@ def test_each_target_is_resolved_once_per_apply(monkeypatch):
     resolved = []
     real = wrapt.resolve_path
     with testing.isolated(()):
-        monkeypatch.setattr(wrapt, "resolve_path", lambda module, path: resolved.append(f"{module}:{path}") or real(module, path))
+        monkeypatch.setattr(wrapt, "resolve_path", lambda module, path: resolved.append(f"{getattr(module, '__name__', module)}:{path}") or real(module, path))
         report = kornia_halfpatch.apply(only=["utils_grids", "warp_geometry"])
         monkeypatch.undo()
     assert resolved and len(resolved) == len(set(resolved)), sorted(resolved)
@@ -638,6 +638,74 @@ def test_isolated_restores_what_its_block_bound_in_new_and_grown_modules(tmp_pat
         assert bound_in_the_block.create_meshgrid is original
         assert grown.create_meshgrid is original
     sys.modules.pop("bound_in_the_block", None)
+
+
+@needs_old_kornia
+def test_the_next_block_restores_what_was_bound_between_blocks(tmp_path, monkeypatch):
+    # One block's binding index serves the next (only new modules and namespaces that changed
+    # size are scanned again): what code outside the blocks bound meanwhile, in a module
+    # imported meanwhile or in one that grew, must be found by the next block's revert.
+    (tmp_path / "bound_between_blocks.py").write_text(f"from {WARPER} import create_meshgrid\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bound_between_blocks", raising=False)
+    grown = type(sys)("grown_between_blocks")
+    monkeypatch.setitem(sys.modules, "grown_between_blocks", grown)
+    with testing.isolated(only=["utils_grids"]):
+        original = kornia_halfpatch.get_original(warper().create_meshgrid)
+        with testing.isolated(only=["utils_grids"]):
+            pass  # the index kept from here on
+        replacement = warper().create_meshgrid
+        assert kornia_halfpatch.is_patched(replacement)
+        import bound_between_blocks
+
+        grown.create_meshgrid = replacement
+        assert bound_between_blocks.create_meshgrid is replacement
+        with testing.isolated(only=()):
+            assert warper().create_meshgrid is original
+            assert bound_between_blocks.create_meshgrid is original
+            assert grown.create_meshgrid is original
+    sys.modules.pop("bound_between_blocks", None)
+
+
+@needs_old_kornia
+def test_a_fix_applied_and_reverted_between_blocks_is_reverted_by_the_next_block(monkeypatch):
+    # An index that was first scanned after an install had set a target's own module
+    # attribute to its replacement missed that binding: the next block's revert left the
+    # replacement there (kornia.utils.grid.create_meshgrid), and the fix's probe then found
+    # "not needed" on it.
+    grid = grid_module()
+    with testing.isolated(only=["utils_grids"]):
+        original = kornia_halfpatch.get_original(grid.create_meshgrid)
+        monkeypatch.setattr(_engine, "_kept_index", None)  # preserved()'s restore starts one
+        with testing.preserved():
+            kornia_halfpatch.revert()
+            kornia_halfpatch.apply(only=["utils_grids"])
+            kornia_halfpatch.revert()
+        assert kornia_halfpatch.is_patched(grid.create_meshgrid)
+        with testing.isolated(only=()):
+            assert grid.create_meshgrid is original
+            assert kornia_halfpatch.apply(only=["utils_grids"]).applied == ["utils_grids"]
+
+
+def test_the_kept_binding_index_does_not_grow_with_the_blocks():
+    # Hand-written replacements are built anew at every apply(): the kept index forgets the
+    # ones reverted since, or every block would follow more objects than the last.
+    names = [name for name in kornia_halfpatch.applied_fixes()] or ["utils_grids"]
+
+    def sizes():
+        index = _engine._kept_index
+        return len(index._wanted), sum(len(v) for v in index._related.values())
+
+    with testing.isolated(only=names):
+        for name in names:
+            with testing.isolated(only=[name]):
+                pass
+        before = sizes()
+        for _ in range(3):
+            for name in names:
+                with testing.isolated(only=[name]):
+                    pass
+        assert sizes() == before
 
 
 @needs_old_kornia
