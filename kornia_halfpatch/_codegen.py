@@ -361,8 +361,22 @@ def call_source(function: Callable[..., Any], argument: Callable[[inspect.Parame
     return ", ".join(parts)
 
 
-def base_namespace(original: Callable[..., Any]) -> Dict[str, Any]:
+def python_function_of(original: Any) -> Any:
+    """The Python function a wrapper of ``original`` is generated from: a static or class
+    method's function, and a ``@torch.jit.script`` function's own (a ScriptFunction has no Python
+    signature, annotations or globals, but keeps its function for dynamo as
+    ``_torchdynamo_inline``: kornia 0.8.3's sampson_epipolar_distance). The wrapper still calls
+    ``original`` itself, so the release's compiled code runs."""
     function = getattr(original, "__func__", original)
+    if type(function).__name__ == "ScriptFunction":
+        inline = getattr(function, "_torchdynamo_inline", None)
+        if isinstance(inline, types.FunctionType):
+            return inline
+    return function
+
+
+def base_namespace(original: Callable[..., Any]) -> Dict[str, Any]:
+    function = python_function_of(original)
     namespace = dict(getattr(function, "__globals__", {}))
     # A copy of the module's globals is not the module: dynamo imports f_globals["__name__"] to
     # read a global it inlines, so with the original module's name it looked for
@@ -405,7 +419,7 @@ def promote_wrapper(
     half tensor argument is widened to float32, the original runs, and each floating output is
     narrowed to the trigger's dtype (or kept in float32 where ``outputs`` says ``"float32"``).
     Otherwise the original runs on the arguments as given: float32/float64 stay bit for bit."""
-    function = getattr(original, "__func__", original)
+    function = python_function_of(original)
     hints = _resolved_hints(function)
     parameters = parameters_of(function)
     kinds = {p.name: classify(hints.get(p.name, p.annotation)) for p in parameters}
@@ -484,7 +498,7 @@ def widen_dtypes_wrapper(
     """A dtype validator ``original(tensor, accepted, ...)`` whose accepted list gains the half
     dtypes in ``gains`` wherever it accepts float32: a half input passes, any other dtype gets
     the validator's own error, unchanged."""
-    function = getattr(original, "__func__", original)
+    function = python_function_of(original)
     parameters = {p.name for p in parameters_of(function)}
     for required in (tensor, accepted):
         if required not in parameters:

@@ -42,6 +42,7 @@ from . import _kornia_scope as kornia_scope
 from . import _lookups
 from . import _probe_cache as probe_cache
 from ._bindings import BindingIndex, is_kornia_module
+from ._codegen import python_function_of
 from ._identity import give_identity
 from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
@@ -97,7 +98,7 @@ def _shape_problem(target: Target, original: Any) -> Optional[str]:
         return None
     key = (id(target), id(original))
     known = _shape_problems.get(key)
-    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    function = python_function_of(original)
     # A plain function's parameter names are its code object's: the answer is kept while the
     # original has the same one (and no __signature__ or __wrapped__ to read them from instead).
     code = getattr(function, "__code__", None)
@@ -111,7 +112,7 @@ def _shape_problem(target: Target, original: Any) -> Optional[str]:
 
 
 def _read_shape_problem(target: Target, original: Any) -> Optional[str]:
-    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    function = python_function_of(original)
     try:
         names = tuple(inspect.signature(function).parameters)
     except (TypeError, ValueError):

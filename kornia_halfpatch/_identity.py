@@ -32,8 +32,10 @@ def give_identity(replacement: Any, found: Tuple[Any, str, Any, str], scope: str
     ``__wrapped__``: ``inspect.getsource`` would follow it and TorchScript would compile the
     original instead.
     """
+    from ._codegen import python_function_of
+
     parent, attribute, original, path = found
-    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    function = python_function_of(original)
     if isinstance(replacement, types.FunctionType):
         _adopt_names(replacement, original, function, scope, path)
     if inspect.isclass(parent) and attribute not in parent.__dict__:
@@ -105,7 +107,10 @@ def _set_pickle_reference(replacement: Any, original: Any, scope: str, path: Opt
     home keeps the original, so its name cannot resolve to the replacement; see _scoped)."""
     if not isinstance(replacement, types.FunctionType):
         return
-    module, qualname = getattr(original, "__module__", None), getattr(original, "__qualname__", None)
+    from ._codegen import python_function_of
+
+    named = python_function_of(original) if type(original).__name__ == "ScriptFunction" else original
+    module, qualname = getattr(named, "__module__", None), getattr(named, "__qualname__", None)
     if module is None or qualname is None:
         return
     if scope == SCOPE_KORNIA:

@@ -772,8 +772,6 @@ def _projected_gradients(call, tensors):
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("name", sorted(_two_view_calls()))
 def test_two_view_half_gradients_at_pixel_scale_are_the_release_float32_narrowed(name, dtype):
-    if name.startswith("sampson") and type(_kornia().geometry.epipolar.sampson_epipolar_distance).__name__ == "ScriptFunction":
-        pytest.skip("0.8.3 compiles sampson_epipolar_distance with @torch.jit.script: its row is left out (docs/training.md)")
     call = _two_view_calls()[name]
     tensors = inputs.two_view_scene(dtype)
     with testing.isolated(only=["kornia_dtypes"]):
@@ -786,6 +784,24 @@ def test_two_view_half_gradients_at_pixel_scale_are_the_release_float32_narrowed
         assert not bool(torch.isnan(g).any()), name
         # The float32 gradient narrowed once: Inf exactly where it passes the half range.
         assert bitwise_equal(g, w.to(dtype)), name
+
+
+def test_a_release_compiling_sampson_with_torch_jit_script_gets_its_row():
+    """0.8.3 compiles sampson_epipolar_distance with @torch.jit.script: the row is generated from
+    the ScriptFunction's own Python function and calls the compiled original; elsewhere the
+    original is a plain function. Either way the installed replacement is a plain function that
+    pickles by reference and scripts."""
+    import pickle
+
+    with testing.isolated(only=["kornia_dtypes"]):
+        installed = _kornia().geometry.epipolar.sampson_epipolar_distance
+        original = kornia_halfpatch.get_original(installed)
+        assert original is not None and original is not installed
+        assert type(installed).__name__ == "function"
+        assert installed.__module__ == "kornia.geometry.epipolar._metrics"
+        assert pickle.loads(pickle.dumps(installed)) is installed
+        x1, x2, F, _ = inputs.two_view_scene(torch.float32)
+        assert bitwise_equal(torch.jit.script(installed)(x1, x2, F), original(x1, x2, F))
 
 
 def test_two_view_float16_gradients_are_nan_unpatched():

@@ -23,6 +23,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from .._codegen import python_function_of
 from .._model import (
     Finding, Fix, Promote, Target, WidenDtypes, bug_present, load, not_needed, table, unsupported,
 )
@@ -72,12 +73,14 @@ SAMPSON = "kornia.geometry.epipolar._metrics:sampson_epipolar_distance"
 
 
 def python_function_gate(path: str) -> Callable[[], Finding]:
-    """A row's gate: the row is generated from its original's Python signature, which a
+    """A row's gate: the row is generated from its original's Python function; a
     ``@torch.jit.script`` function (a ScriptFunction: kornia 0.8.3's sampson_epipolar_distance)
-    does not have. There the target is left to the release (and said so), not the fix."""
+    gives it as ``_torchdynamo_inline`` (``_codegen.python_function_of``). A ScriptFunction
+    without one is left to the release (and said so), not the fix."""
 
     def gate() -> Finding:
-        if type(load(path)).__name__ == "ScriptFunction":
+        original = load(path)
+        if type(original).__name__ == "ScriptFunction" and python_function_of(original) is original:
             return unsupported("compiled with @torch.jit.script in this release: no Python signature to generate "
                                "the wrapper from; the release's half gradient is left (docs/training.md)")
         return bug_present()
