@@ -91,7 +91,7 @@ MODEL_LR, MODEL_STEPS = 0.5, 4
 MODEL_GRADIENT_ROUNDINGS = 6
 
 
-def train_model_behind_augmentations(dtype):
+def train_model_behind_augmentations(dtype, loss="ssim"):
     import kornia.augmentation as K
 
     torch.manual_seed(0)
@@ -107,7 +107,7 @@ def train_model_behind_augmentations(dtype):
     torch.manual_seed(3)
     params = augment.forward_parameters(images.shape)  # float32, shared by every run
     net = net.to(dtype)
-    loss_fn = kornia.losses.SSIMLoss(5)
+    loss_fn = kornia.losses.SSIMLoss(5) if loss == "ssim" else kornia.losses.MS_SSIMLoss()
     optimizer = torch.optim.SGD(net.parameters(), lr=MODEL_LR)
     # The conv model is the user's, not kornia's: on a torch without a float16 CPU convolution
     # (2.1) it runs widened (its output narrowed once, the one rounding counted below) in every
@@ -203,9 +203,24 @@ def float32_and_half(run, dtype, patched):
 
 
 @pytest.mark.parametrize("dtype", list(HALF.values()), ids=list(HALF))
-def test_model_behind_augmentations_follows_the_float32_trajectory(dtype):
-    reference, half = float32_and_half(train_model_behind_augmentations, dtype, patched=True)
+@pytest.mark.parametrize("loss", ["ssim", "ms_ssim"])
+def test_model_behind_augmentations_follows_the_float32_trajectory(dtype, loss):
+    reference, half = float32_and_half(lambda d: train_model_behind_augmentations(d, loss), dtype, patched=True)
     assert_follows(half, reference, dtype, MODEL_LR, MODEL_GRADIENT_ROUNDINGS)
+
+
+@pytest.mark.parametrize("dtype", list(HALF.values()), ids=list(HALF))
+def test_model_trained_with_ms_ssim_fails_unpatched(dtype):
+    """Unpatched, MS_SSIMLoss meets a half image with its float32 Gaussian kernels (a dtype error)
+    or refuses bfloat16 (the dtype allow-list of 0.7.x-0.8.2), on every release before 0.9.0."""
+    with shim(patched=False):
+        with pytest.raises((RuntimeError, TypeError)) as raised:
+            train_model_behind_augmentations(dtype, "ms_ssim")
+    message = str(raised.value)
+    # float16 (and bfloat16 where the allow-list takes it, 0.8.3): the half image meets float32 kernels.
+    mismatch = "input type" in message.lower() and "weight type" in message.lower()
+    refused = dtype == torch.bfloat16 and "got torch.bfloat16" in message.lower()
+    assert MISSING_HALF_KERNEL.search(message) or mismatch or refused, message
 
 
 @pytest.mark.parametrize("dtype", list(HALF.values()), ids=list(HALF))
