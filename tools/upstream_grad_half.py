@@ -76,8 +76,17 @@ def _load(path: Path) -> tuple:
 
 
 HALF = ("float16", "bfloat16")
-LEFT = ("tolerance-only", "non-finite", "not-implemented-for-half", "dtype-refused", "dtype-mismatch", "crash",
-        "test-limitation", "other")
+LEFT = ("tolerance-only: SGD step below half an ulp", "tolerance-only: assert_close", "non-finite", "not-implemented-for-half", "dtype-refused", "dtype-mismatch", "crash",
+        "test-limitation", "other", "environment")
+
+
+def _left_class(test: dict) -> str:
+    """The test's class; tolerance-only split into test_param's unchanged half parameter and the rest."""
+    cls = test["class"]
+    if cls == "tolerance-only":
+        step = ut._STEP_BELOW_ULP.search(test["message"])
+        return "tolerance-only: SGD step below half an ulp" if step else "tolerance-only: assert_close"
+    return "environment" if cls in ut.ENVIRONMENT_CLASSES else cls
 
 
 def _dtype_row(name: str) -> str:
@@ -90,10 +99,11 @@ def _ok(runs: dict, name: str) -> bool:
 
 
 def table(releases: list) -> str:
-    rows, details, checked = [], [], []
+    rows, details, checked, before_where = [], [], [], {}
     for item in releases:
         label, _, directory = item.partition("=")
         before, _ = _load(Path(directory) / "half-noshim.jsonl")
+        before_where.update({(label, n): (t["where"] or [""])[-1] for n, t in before.items()})
         after, gradchecks = _load(Path(directory) / "half-shim.jsonl")
         for dtype in HALF + ("no dtype parameter",):
             names = sorted(n for n in set(before) | set(after) if _dtype_row(n) == dtype)
@@ -102,7 +112,7 @@ def table(releases: list) -> str:
             ran = [n for n in names if n in after and after[n]["outcome"] != "skipped"]
             fixed = [n for n in names if _ok(after, n) and n in before and not _ok(before, n)]
             regressed = [n for n in names if _ok(before, n) and not _ok(after, n)]
-            left = collections.Counter(after[n]["class"] for n in names if n in after and after[n]["class"])
+            left = collections.Counter(_left_class(after[n]) for n in names if n in after and after[n]["class"])
             rows.append((label, dtype, len(names), len(names) - len(ran), len(ran), sum(_ok(before, n) for n in names),
                          sum(_ok(after, n) for n in names), len(fixed), len(regressed), left))
             for kind, members in (("fixed", fixed), ("regressed", regressed)):
@@ -129,12 +139,24 @@ def table(releases: list) -> str:
               "|---|---|---|---|---|---|---|"]
     for row in checked:
         lines.append("| " + " | ".join(map(str, row)) + " |")
-    if details:
-        lines += ["", "Fixed and regressed, per test (outcome without -> with the shim; the failing side's class and "
-                  "first error line):", "",
-                  "| release | change | test | without | with | class | message |", "|---|---|---|---|---|---|---|"]
-        for label, kind, name, b, a, cls, message in details:
-            lines.append(f"| {label} | {kind} | `{name}` | {b} | {a} | {cls} | {ut._cell(message)[:160]} |")
+    fixed_groups = collections.Counter()
+    for label, kind, name, b, a, cls, message in details:
+        if kind == "fixed":
+            where = before_where.get((label, name), "")
+            fixed_groups[(label, ut.dtype_of(name), cls, where, ut._collapse(message)[:150])] += 1
+    if fixed_groups:
+        lines += ["", "Fixed by the shim, grouped by the failure without it (class, innermost kornia frame, first error "
+                  "line with numbers collapsed to N):", "",
+                  "| release | dtype | tests | class without the shim | kornia frame | first error line without the shim |",
+                  "|---|---|---|---|---|---|"]
+        for (label, dtype, cls, where, message), count in sorted(fixed_groups.items(), key=lambda kv: (kv[0][0], -kv[1])):
+            lines.append(f"| {label} | {dtype} | {count} | {cls} | `{where}` | {ut._cell(message)} |")
+    regressions = [d for d in details if d[1] == "regressed"]
+    lines += ["", f"Regressed (passed without the shim, not with it): {len(regressions)}.", ""]
+    if regressions:
+        lines += ["| release | test | without | with | class | message |", "|---|---|---|---|---|---|"]
+        for label, kind, name, b, a, cls, message in regressions:
+            lines.append(f"| {label} | `{name}` | {b} | {a} | {cls} | {ut._cell(message)[:160]} |")
     return "\n".join(lines) + "\n"
 
 
