@@ -11,6 +11,10 @@ crash and restarts the run without it. Environment:
 - ``UPSTREAM_STACKS`` and ``UPSTREAM_TIMEOUT``: a test still running 2 s before the timeout gets
   its Python stack written there by ``faulthandler`` (a C watchdog thread: it works while the
   test holds the GIL in a kernel that never returns), so a hang is reported with its frames.
+- ``UPSTREAM_GRADCHECK=1``: ``torch.autograd.gradcheck``/``gradgradcheck`` are wrapped (before
+  kornia's testing helpers import them) and each distinct set of floating dtypes a test passes
+  them is recorded (``{"event": "gradcheck", ...}``): kornia's ``BaseTester.gradcheck`` casts its
+  inputs to float64 unless told otherwise, so a test parametrized by a half dtype may check float64.
 """
 
 from __future__ import annotations
@@ -36,6 +40,51 @@ def _write(entry: dict) -> None:
     with open(os.environ["UPSTREAM_RECORD"], "a") as handle:
         handle.write(json.dumps(entry) + "\n")
         handle.flush()
+
+
+_CURRENT = {"id": None, "seen": set()}
+
+
+def _tensors(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _wrap_gradchecks() -> None:
+    import torch.autograd
+
+    def wrap(name, original):
+        def checked(func, inputs, *args, **kwargs):
+            try:
+                dtypes = sorted({str(t.dtype).replace("torch.", "") for t in _tensors(inputs)
+                                 if t.is_floating_point() or t.is_complex()})
+                grad = sorted({str(t.dtype).replace("torch.", "") for t in _tensors(inputs) if t.requires_grad})
+                key = (name, tuple(dtypes), tuple(grad))
+                if _CURRENT["id"] is not None and key not in _CURRENT["seen"]:
+                    _CURRENT["seen"].add(key)
+                    _write({"event": "gradcheck", "id": _CURRENT["id"], "fn": name, "dtypes": dtypes,
+                            "requires_grad_dtypes": grad})
+            except Exception:  # recording must never change the test's outcome
+                pass
+            return original(func, inputs, *args, **kwargs)
+        checked.__wrapped__ = original
+        return checked
+
+    for name in ("gradcheck", "gradgradcheck"):
+        original = getattr(torch.autograd, name)
+        if not hasattr(original, "__wrapped__"):
+            setattr(torch.autograd, name, wrap(name, original))
+
+
+if os.environ.get("UPSTREAM_GRADCHECK") == "1":
+    _wrap_gradchecks()
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -73,6 +122,7 @@ _STACKS = None
 
 def pytest_runtest_logstart(nodeid, location):
     global _STACKS
+    _CURRENT["id"], _CURRENT["seen"] = nodeid, set()
     _write({"event": "start", "id": nodeid, "t": round(time.time(), 1)})
     if os.environ.get("UPSTREAM_STACKS") and os.environ.get("UPSTREAM_TIMEOUT"):
         if _STACKS is None:
