@@ -84,6 +84,11 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     "cumsum": lambda d: torch.cumsum(_points(d), 1),
     "eye": lambda d: torch.eye(2, dtype=d),
     "softmax": lambda d: F.softmax(_points(d), dim=-1),
+    # softmax over a dimension that is not the last (softmax_kernel_impl: dice_loss's classes) and
+    # log_softmax (focal_loss): separate kernels from the last-dimension softmax
+    "softmax_nonlast": lambda d: F.softmax(_image(d).view(1, 3, 3), dim=1),
+    "log_softmax": lambda d: F.log_softmax(_points(d), dim=-1),
+    "log_softmax_nonlast": lambda d: F.log_softmax(_image(d).view(1, 3, 3), dim=1),
     "median": lambda d: torch.median(_image(d), dim=-1),
     "topk": lambda d: torch.topk(_points(d, 6), 2, dim=1),
     "bmm": lambda d: torch.bmm(_matrix(d)[None], _matrix(d)[None]),
