@@ -1051,7 +1051,34 @@ def erosion_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return (HausdorffERLoss(),) + _in(dtype, pred, target)
 
 
+def _auto_augment(dtype: torch.dtype) -> Tuple[object, ...]:
+    """AutoAugment with one sub-policy (shear, rotate) after a seeded float32 forward on a
+    (2, 3, 16, 16) image on bfloat16's grid, that image in ``dtype`` and the forward's params."""
+    from kornia.augmentation.auto import AutoAugment
+
+    with torch.random.fork_rng():
+        torch.manual_seed(96)
+        aug = AutoAugment([[("shear_x", 0.9, 4), ("rotate", 0.9, 3)]], transformation_matrix_mode="silence")
+        image = torch.rand(2, 3, 16, 16).bfloat16().float()
+        aug(image)
+    return aug, image.to(dtype), aug._params
+
+
+def auto_augment_matrix_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(AutoAugment, image, params): its transformation matrix, as kornia's test_transform_mat asks."""
+    return _auto_augment(dtype)
+
+
+def policy_matrix_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(the PolicySequential that ran, image, its params): the sub-policy's matrix product."""
+    aug, image, params = _auto_augment(dtype)
+    (_, policy), = list(aug.get_forward_sequence(params))
+    return policy, image, params[0].data
+
+
 EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
+    "PolicyAugmentBase.get_transformation_matrix": auto_augment_matrix_call,
+    "PolicySequential.get_transformation_matrix": policy_matrix_call,
     "essential_from_Rt": two_camera_poses,
     "depth_from_point": depth_call,
     "camtoworld_graphics_to_vision_4x4": pose_4x4,

@@ -775,6 +775,11 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.geometry.calibration.distort:tilt_projection",
          "Ry @ Rx (bmm) has no float16 CPU kernel in older torch (distort_points/undistort_points with tilt "
          "coefficients): the tilt matrix in float32, narrowed once", kernels=("bmm", "mm")),
+    *(_row(f"kornia.augmentation.auto.{path}.get_transformation_matrix",
+           "mat @ res_mat (bmm) has no float16 CPU kernel in older torch (AutoAugment/RandAugment/TrivialAugment's "
+           "transformation matrix): the product of the policy's matrices for the widened input, narrowed once",
+           kernels=("bmm", "mm"))
+      for path in ("base:PolicyAugmentBase", "operations.policy:PolicySequential")),
     _row("kornia.losses.dice:dice_loss",
          "Tensor.softmax over the classes (softmax_kernel_impl) has no float16 CPU kernel in older torch: the loss in "
          "float32, narrowed once", kernels=("softmax_nonlast",)),
