@@ -82,6 +82,7 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     "dot": lambda d: torch.dot(_matrix(d)[0], _matrix(d)[1]),
     "prod": lambda d: torch.prod(_points(d), dim=1),
     "cumsum": lambda d: torch.cumsum(_points(d), 1),
+    "addcdiv": lambda d: torch.addcdiv(_points(d), _points(d), _points(d) + 1),  # torch.optim.Adam's step
     "eye": lambda d: torch.eye(2, dtype=d),
     "softmax": lambda d: F.softmax(_points(d), dim=-1),
     # softmax over a dimension that is not the last (softmax_kernel_impl: dice_loss's classes) and

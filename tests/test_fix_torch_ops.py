@@ -649,6 +649,22 @@ def _auto_augment_matrix(dtype):
     return aug.get_transformation_matrix(image, params=params)
 
 
+def _registration(dtype):
+    """ImageRegistrator('similarity') of an image onto its slightly scaled and shifted warp (two
+    pyramid levels, 40 Adam steps each), as kornia's test_registration_toy: the final model and
+    the intermediate ones."""
+    from kornia.geometry.transform import ImageRegistrator
+
+    g = torch.Generator().manual_seed(97)
+    homography = torch.tensor([[[1.0625, 0.0, 0.125], [0.0, 1.0625, 0.0], [0.0, 0.0, 1.0]]])
+    source = torch.rand(1, 3, 16, 18, generator=g)
+    target = _kornia().geometry.homography_warp(source, homography, (16, 18), align_corners=False)
+    registrator = ImageRegistrator("similarity", num_iterations=40, lr=3e-4, pyramid_levels=2).to("cpu", dtype)
+    final, intermediate = registrator.register(source.bfloat16().to(dtype), target.bfloat16().to(dtype),
+                                               output_intermediate_models=True)
+    return (final, *intermediate, *(p.data for p in registrator.model.parameters()))
+
+
 def _exact(example, dtype):
     # the example's tensors rounded to bfloat16's grid: the same values in float32 and float16
     return tuple(x.bfloat16().to(dtype) for x in example(torch.float32))
@@ -687,6 +703,7 @@ def _kornia_cases():
             torch.tensor([1.0, 2.0, 0.5]).to(d)), False),
         "Se2.log": (("bmm", "mm"), lambda d: Se2.exp(se2_vectors.to(d)).log(), False),
         "AutoAugment.get_transformation_matrix": (("bmm", "mm"), _auto_augment_matrix, True),
+        "ImageRegistrator.register": (("addcdiv",), _registration, True),
     }
     if not hasattr(conversions, "camtoworld_graphics_to_vision_Rt"):  # 0.7.0's: present in every supported release
         cases = {k: v for k, v in cases.items() if "camtoworld" not in k and "worldtocam" not in k}

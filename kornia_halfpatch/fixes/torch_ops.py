@@ -498,6 +498,35 @@ def build_homography_reset_model(original: Any) -> Any:
     return reset_model
 
 
+def build_registrator_register(original: Any) -> Any:
+    dtypes = _lacking_dtypes(("addcdiv",))
+
+    def register(self: Any, src_img: torch.Tensor, dst_img: torch.Tensor, verbose: bool = False,
+                 output_intermediate_models: bool = False) -> Any:
+        model = getattr(self, "model", None)
+        parameters = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+        if (dtypes and parameters and isinstance(src_img, torch.Tensor) and isinstance(dst_img, torch.Tensor)
+                and parameters[0].dtype in dtypes and src_img.dtype == dst_img.dtype == parameters[0].dtype
+                and all(p.dtype == parameters[0].dtype and p.device.type == "cpu" for p in parameters)):
+            # The optimizer's step (torch.optim.Adam: addcdiv) has no float16 CPU kernel in older
+            # torch: the release's registration of the widened images with the model in float32
+            # (its parameters widened in place, the same Parameter objects), the model narrowed
+            # back once at the end and the returned model(s) narrowed once.
+            dtype = parameters[0].dtype
+            model.float()
+            try:
+                out = original(self, src_img.float(), dst_img.float(), verbose, output_intermediate_models)
+            finally:
+                model.to(dtype)
+            if output_intermediate_models:
+                final, intermediate = out
+                return final.to(dtype), [m.to(dtype) for m in intermediate]
+            return out.to(dtype)
+        return original(self, src_img, dst_img, verbose, output_intermediate_models)
+
+    return register
+
+
 def build_torch_inverse(original: Any) -> Any:
     """``torch.inverse`` as kornia's code calls it: a half CPU matrix (which torch refuses) is
     inverted in float32 and narrowed once, right after the op; everything else is torch's call.
@@ -560,6 +589,11 @@ METHOD_TARGETS = (
     Target(("kornia.geometry.plane:Hyperplane.through",), build_hyperplane_through, ("cls", "p0", "p1", "p2"),
            optional=True, reason="Tensor.cross has no float16 CPU kernel in older torch: the plane through three "
            "widened points, normal and offset narrowed once", gate=kernel_gate(("cross",))),
+    Target(("kornia.geometry.transform.image_registrator:ImageRegistrator.register",), build_registrator_register,
+           ("self", "src_img", "dst_img", "verbose", "output_intermediate_models"), optional=True,
+           reason="addcdiv (torch.optim.Adam's step on the model's parameters) has no float16 CPU kernel in older "
+           "torch: the float16 registration run in float32 (model widened in place, narrowed back), the model "
+           "narrowed once", gate=kernel_gate(("addcdiv",))),
     Target(("kornia.geometry.transform.image_registrator:Homography.reset_model",), build_homography_reset_model,
            ("self",), optional=True, reason="eye has no bfloat16 CPU kernel in torch 2.1 (nn.init.eye_ of a half "
            "registration model): the identity copied in from float32, exactly", gate=kernel_gate(("eye",))),
