@@ -100,6 +100,7 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     "conv2d": lambda d: F.conv2d(_image(d).expand(1, 2, 3, 3), torch.ones(2, 1, 2, 2, dtype=d), groups=2),
     "max_pool2d": lambda d: F.max_pool2d(_image(d), 2),
     "max_pool3d": lambda d: F.max_pool3d(_image(d, 5), 2),
+    "adaptive_max_pool3d": lambda d: F.adaptive_max_pool3d(_image(d, 5), 1),  # torch 2.4: no float16
     "conv3d": lambda d: F.conv3d(_image(d, 5), torch.ones(1, 1, 2, 2, 2, dtype=d)),
     # interpolation modes
     "upsample_nearest2d": _resize("nearest"),

@@ -1076,7 +1076,17 @@ def policy_matrix_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return policy, image, params[0].data
 
 
+def erosion3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """HausdorffERLoss3D(), a two-class (1, 2, 3, 8, 8) prediction on bfloat16's grid, its (1, 1, 3, 8, 8) labels."""
+    from kornia.losses import HausdorffERLoss3D
+
+    g = torch.Generator().manual_seed(98)
+    pred = _rand(g, 1, 2, 3, 8, 8).bfloat16().float()
+    return (HausdorffERLoss3D(),) + _in(dtype, pred) + ((_rand(g, 1, 1, 3, 8, 8) > 0.5).long(),)
+
+
 EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
+    "HausdorffERLoss3D.forward": erosion3d_call,
     "PolicyAugmentBase.get_transformation_matrix": auto_augment_matrix_call,
     "PolicySequential.get_transformation_matrix": policy_matrix_call,
     "essential_from_Rt": two_camera_poses,

@@ -53,6 +53,7 @@ REAL_CALLS = {
     "dot": lambda d: _image(d, (7,)).dot(_image(d, (7,)).flip(0)),
     "prod": lambda d: _image(d, (2, 3, 5)).prod(dim=1),
     "cumsum": lambda d: _image(d).cumsum(2),
+    "adaptive_max_pool3d": lambda d: F.adaptive_max_pool3d(_image(d, (1, 2, 3, 5, 5)), (1, 2, 2)),
     "addcdiv": lambda d: _image(d).addcdiv(_image(d), _image(d) + 1, value=-0.5),
     "median": lambda d: _image(d).median(dim=1),
     "eye": lambda d: torch.eye(4, 3, dtype=d),

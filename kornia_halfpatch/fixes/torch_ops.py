@@ -824,6 +824,10 @@ METHOD_KERNEL_ROWS = (
          "the erosion's convolution (self.conv: torch's conv2d/conv3d held on the module, out of every module view's "
          "reach) has no float16 CPU kernel in older torch: the erosion in float32, narrowed once",
          kernels=("conv2d", "conv3d")),
+    _row("kornia.losses.hausdorff:HausdorffERLoss3D.forward",
+         "the 3-D erosion's AdaptiveMaxPool3d has no float16 CPU kernel in torch 2.4 (adaptive_max_pool3d_cpu; "
+         "conv3d neither in torch 2.1): the 3-D Hausdorff loss in float32, narrowed once",
+         kernels=("conv3d", "adaptive_max_pool3d")),
     # max_blur_pool2d/MaxBlurPool2D (max_pool2d) are kornia_dtypes rows: their float16 Pascal kernel
     # overflows, so they run in float32 whatever the kernels.
     _row("kornia.filters.blur_pool:edge_aware_blur_pool2d",
