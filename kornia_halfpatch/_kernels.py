@@ -82,8 +82,14 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     "dot": lambda d: torch.dot(_matrix(d)[0], _matrix(d)[1]),
     "prod": lambda d: torch.prod(_points(d), dim=1),
     "cumsum": lambda d: torch.cumsum(_points(d), 1),
+    "addcdiv": lambda d: torch.addcdiv(_points(d), _points(d), _points(d) + 1),  # torch.optim.Adam's step
     "eye": lambda d: torch.eye(2, dtype=d),
     "softmax": lambda d: F.softmax(_points(d), dim=-1),
+    # softmax over a dimension that is not the last (softmax_kernel_impl: dice_loss's classes) and
+    # log_softmax (focal_loss): separate kernels from the last-dimension softmax
+    "softmax_nonlast": lambda d: F.softmax(_image(d).view(1, 3, 3), dim=1),
+    "log_softmax": lambda d: F.log_softmax(_points(d), dim=-1),
+    "log_softmax_nonlast": lambda d: F.log_softmax(_image(d).view(1, 3, 3), dim=1),
     "median": lambda d: torch.median(_image(d), dim=-1),
     "topk": lambda d: torch.topk(_points(d, 6), 2, dim=1),
     "bmm": lambda d: torch.bmm(_matrix(d)[None], _matrix(d)[None]),
@@ -94,6 +100,7 @@ KERNELS: Dict[str, Callable[[torch.dtype], Any]] = {
     "conv2d": lambda d: F.conv2d(_image(d).expand(1, 2, 3, 3), torch.ones(2, 1, 2, 2, dtype=d), groups=2),
     "max_pool2d": lambda d: F.max_pool2d(_image(d), 2),
     "max_pool3d": lambda d: F.max_pool3d(_image(d, 5), 2),
+    "adaptive_max_pool3d": lambda d: F.adaptive_max_pool3d(_image(d, 5), 1),  # torch 2.4: no float16
     "conv3d": lambda d: F.conv3d(_image(d, 5), torch.ones(1, 1, 2, 2, 2, dtype=d)),
     # interpolation modes
     "upsample_nearest2d": _resize("nearest"),

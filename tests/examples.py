@@ -1001,7 +1001,104 @@ def laf_descriptors_call(dtype: torch.dtype) -> Tuple[object, ...]:
 # --------------------------------------------------------------------------------------------
 # Every target's example, by label
 
+def rigid_pose(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """R (1, 3, 3) about z and t (1, 3, 1): the Rt conversions' input."""
+    return two_camera_poses(dtype)[:2]
+
+
+def pose_4x4(dtype: torch.dtype) -> Tuple[torch.Tensor]:
+    """A (1, 4, 4) pose [R | t; 0 1] on bfloat16's grid."""
+    R, t = two_camera_poses(torch.float32)[:2]
+    pose = torch.eye(4)[None]
+    pose[:, :3, :3], pose[:, :3, 3:] = R, t
+    return _in(dtype, pose.bfloat16().float())
+
+
+def depth_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """R (1, 3, 3), t (1, 3, 1) and five 3-D points (1, 5, 3) in front of the camera."""
+    g = torch.Generator().manual_seed(91)
+    R, t = two_camera_poses(torch.float32)[:2]
+    X = torch.cat([_rand(g, 1, 5, 2) - 0.5, 1 + _rand(g, 1, 5, 1)], -1).bfloat16().float()
+    return _in(dtype, R.bfloat16().float(), t, X)
+
+
+def tilt_angles(dtype: torch.dtype) -> Tuple[object, ...]:
+    """Tilt angles tau_x, tau_y (3,) on bfloat16's grid, and return_inverse=True."""
+    return _in(dtype, torch.tensor([0.125, -0.0625, 0.25]), torch.tensor([0.0625, 0.1875, -0.125])) + (True,)
+
+
+def class_logits(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(2, 3, 4, 5) logits on bfloat16's grid and (2, 4, 5) class labels."""
+    g = torch.Generator().manual_seed(92)
+    logits = ((_rand(g, 2, 3, 4, 5) - 0.5) * 4).bfloat16().float()
+    labels = (_rand(g, 2, 4, 5) * 3).long().clamp(max=2)
+    return _in(dtype, logits) + (labels,)
+
+
+def focal_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """class_logits, alpha 0.5, gamma 2, reduction 'mean'."""
+    return class_logits(dtype) + (0.5, 2.0, "mean")
+
+
+def erosion_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """HausdorffERLoss() (its float erosion kernel, built in the prediction's dtype), a (1, 1, 8, 8)
+    prediction in [0, 1] on bfloat16's grid and a binary (1, 1, 8, 8) target."""
+    from kornia.losses import HausdorffERLoss
+
+    g = torch.Generator().manual_seed(93)
+    pred = _rand(g, 1, 1, 8, 8).bfloat16().float()
+    target = (_rand(g, 1, 1, 8, 8) > 0.5).float()
+    return (HausdorffERLoss(),) + _in(dtype, pred, target)
+
+
+def _auto_augment(dtype: torch.dtype) -> Tuple[object, ...]:
+    """AutoAugment with one sub-policy (shear, rotate) after a seeded float32 forward on a
+    (2, 3, 16, 16) image on bfloat16's grid, that image in ``dtype`` and the forward's params."""
+    from kornia.augmentation.auto import AutoAugment
+
+    with torch.random.fork_rng():
+        torch.manual_seed(96)
+        aug = AutoAugment([[("shear_x", 0.9, 4), ("rotate", 0.9, 3)]], transformation_matrix_mode="silence")
+        image = torch.rand(2, 3, 16, 16).bfloat16().float()
+        aug(image)
+    return aug, image.to(dtype), aug._params
+
+
+def auto_augment_matrix_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(AutoAugment, image, params): its transformation matrix, as kornia's test_transform_mat asks."""
+    return _auto_augment(dtype)
+
+
+def policy_matrix_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(the PolicySequential that ran, image, its params): the sub-policy's matrix product."""
+    aug, image, params = _auto_augment(dtype)
+    (_, policy), = list(aug.get_forward_sequence(params))
+    return policy, image, params[0].data
+
+
+def erosion3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """HausdorffERLoss3D(), a two-class (1, 2, 3, 8, 8) prediction on bfloat16's grid, its (1, 1, 3, 8, 8) labels."""
+    from kornia.losses import HausdorffERLoss3D
+
+    g = torch.Generator().manual_seed(98)
+    pred = _rand(g, 1, 2, 3, 8, 8).bfloat16().float()
+    return (HausdorffERLoss3D(),) + _in(dtype, pred) + ((_rand(g, 1, 1, 3, 8, 8) > 0.5).long(),)
+
+
 EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
+    "HausdorffERLoss3D.forward": erosion3d_call,
+    "PolicyAugmentBase.get_transformation_matrix": auto_augment_matrix_call,
+    "PolicySequential.get_transformation_matrix": policy_matrix_call,
+    "essential_from_Rt": two_camera_poses,
+    "depth_from_point": depth_call,
+    "camtoworld_graphics_to_vision_4x4": pose_4x4,
+    "camtoworld_vision_to_graphics_4x4": pose_4x4,
+    "camtoworld_to_worldtocam_Rt": rigid_pose,
+    "worldtocam_to_camtoworld_Rt": rigid_pose,
+    "tilt_projection": tilt_angles,
+    "dice_loss": class_logits,
+    "focal_loss": focal_call,
+    "_HausdorffERLossBase.perform_erosion": erosion_call,
     "_solve_cramer_sym3x3": cramer_system,
     "_guided_blur_multichannel_guidance": guided_multichannel,
     "fft_conv": fft_conv_call,
@@ -1189,6 +1286,11 @@ EXEMPT: Dict[str, str] = {
     "Quaternion.__mul__": "Quaternion objects, not tensors: tests/test_fix_torch_ops.py (quaternion products)",
     "Se3.exp": "returns an Se3 object (new Parameters), not tensors: tests/test_fix_torch_ops.py (se3 in float16)",
     "Hyperplane.through": "returns a Hyperplane (Vector3 normal, Scalar offset), not tensors: tests/test_fix_torch_ops.py (hyperplane)",
+    "Se2.log": "an Se2 (complex32 rotation parameter), not a half float tensor: tests/test_fix_torch_ops.py (se2 log)",
+    "ParametrizedLine.projection": "a ParametrizedLine's parameters: tests/test_fix_torch_ops.py (lines in float16)",
+    "ParametrizedLine.squared_distance": "a ParametrizedLine's parameters: tests/test_fix_torch_ops.py (lines in float16)",
+    "fit_line": "returns a ParametrizedLine (new Parameters), not tensors: tests/test_fix_torch_ops.py (lines in float16)",
+    "ImageRegistrator.register": "an optimisation over the module's own model (state, 2 x 500 steps): tests/test_fix_torch_ops.py (old-torch kernel gaps)",
     "Homography.reset_model": "returns nothing, fills the module's parameter in place: tests/test_fix_torch_ops.py (registration model reset)",
     "ZCAWhitening.forward": "a fitted module's forward (fit state from the call): tests/test_fix_torch_ops.py (public API, scripting)",
     "inverse": "torch.inverse for kornia's calls only (module views): tests/test_fix_torch_ops.py (kornia-scoped torch.inverse)",

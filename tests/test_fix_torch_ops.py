@@ -610,3 +610,143 @@ def test_fundamental_from_pixel_scale_projections_is_finite_in_float16():
     assert bitwise_equal(half, (reference / reference.abs().amax(dim=(-2, -1), keepdim=True)).half())
     assert bitwise_equal(bfloat, bfloat_reference.bfloat16())
     assert bitwise_equal(small, small_reference.half())
+
+
+# --------------------------------------------------------------------------------------------
+# Found by kornia's own tests on torch 2.1.2 (kornia 0.7.0; tools/upstream_tests.py, issue 23):
+# public functions that reach a kernel torch 2.1 lacks in float16 (softmax/log_softmax over the
+# classes, the slow conv2d/conv3d, bmm/mm/dot through `@`) and work on torch 2.13. Each case:
+# (kernels it needs, the call, whether the patched half result is bitwise the release's float32
+# result narrowed: the whole public function is promoted, or half work surrounds the promoted
+# part).
+
+
+def _line(dtype):
+    from kornia.geometry.line import ParametrizedLine
+
+    return ParametrizedLine(torch.tensor([0.5, -0.25, 1.0]).to(dtype), torch.tensor([0.5, 0.0, 0.75]).to(dtype))
+
+
+def _line_points(dtype):
+    g = torch.Generator().manual_seed(94)
+    t = torch.linspace(-1, 1, 9)[None, :, None]
+    points = torch.tensor([[0.5, -0.25, 1.0]]) + t * torch.tensor([[0.6, 0.0, 0.8]]) + 0.05 * torch.rand(1, 9, 3, generator=g)
+    return points.bfloat16().to(dtype)
+
+
+def _segmentation(dtype, depth=None):
+    """A two-class prediction (1, 2, [3,] 8, 8) in [0, 1] on bfloat16's grid and its (1, 1, ...) labels."""
+    g = torch.Generator().manual_seed(95)
+    shape = (8, 8) if depth is None else (depth, 8, 8)
+    pred = torch.rand(1, 2, *shape, generator=g).bfloat16().to(dtype)
+    return pred, (torch.rand(1, 1, *shape, generator=g) > 0.5).long()
+
+
+def _auto_augment_matrix(dtype):
+    """AutoAugment's transformation matrix (a product of the policy's matrices) for the params of
+    a seeded float32 forward, as kornia's test_transform_mat asks for it after its forward."""
+    aug, image, params = inputs.auto_augment_matrix_call(dtype)
+    return aug.get_transformation_matrix(image, params=params)
+
+
+def _registration(dtype):
+    """ImageRegistrator('similarity') of an image onto its slightly scaled and shifted warp (two
+    pyramid levels, 40 Adam steps each), as kornia's test_registration_toy: the final model and
+    the intermediate ones."""
+    from kornia.geometry.transform import ImageRegistrator
+
+    g = torch.Generator().manual_seed(97)
+    homography = torch.tensor([[[1.0625, 0.0, 0.125], [0.0, 1.0625, 0.0], [0.0, 0.0, 1.0]]])
+    source = torch.rand(1, 3, 16, 18, generator=g)
+    target = _kornia().geometry.homography_warp(source, homography, (16, 18), align_corners=False)
+    registrator = ImageRegistrator("similarity", num_iterations=40, lr=3e-4, pyramid_levels=2).to("cpu", dtype)
+    final, intermediate = registrator.register(source.bfloat16().to(dtype), target.bfloat16().to(dtype),
+                                               output_intermediate_models=True)
+    return (final, *intermediate, *(p.data for p in registrator.model.parameters()))
+
+
+def _exact(example, dtype):
+    # the example's tensors rounded to bfloat16's grid: the same values in float32 and float16
+    return tuple(x.bfloat16().to(dtype) for x in example(torch.float32))
+
+
+def _kornia_cases():
+    K = _kornia()
+    from kornia.geometry.liegroup import Se2
+
+    conversions = K.geometry.conversions
+    se2_vectors = torch.tensor([[0.25, -0.5, 0.75], [1.0, 0.5, -1.25]])
+    cases = {
+        "dice_loss": (("softmax_nonlast",), lambda d: K.losses.dice_loss(*inputs.class_logits(d)), True),
+        "DiceLoss": (("softmax_nonlast",), lambda d: K.losses.DiceLoss()(*inputs.class_logits(d)), True),
+        "focal_loss (B, C, H, W)": (("log_softmax_nonlast",), lambda d: K.losses.focal_loss(*inputs.focal_call(d)), True),
+        "FocalLoss (B, C)": (("log_softmax",), lambda d: K.losses.FocalLoss(0.5, 2.0, "mean")(
+            inputs.class_logits(d)[0][..., 0, 0], inputs.class_logits(d)[1][..., 0, 0]), True),
+        "HausdorffERLoss": (("conv2d",), lambda d: K.losses.HausdorffERLoss()(*_segmentation(d)), False),
+        "HausdorffERLoss3D": (("conv3d", "adaptive_max_pool3d"), lambda d: K.losses.HausdorffERLoss3D()(*_segmentation(d, depth=3)), False),
+        "essential_from_Rt": (("bmm", "mm"), lambda d: K.geometry.epipolar.essential_from_Rt(*_exact(inputs.two_camera_poses, d)), True),
+        "depth_from_point": (("bmm", "mm"), lambda d: K.geometry.epipolar.depth_from_point(*_exact(inputs.depth_call, d)), True),
+        "camtoworld_graphics_to_vision_Rt": (("bmm", "mm"), lambda d: conversions.camtoworld_graphics_to_vision_Rt(
+            *_exact(inputs.rigid_pose, d)), True),
+        "camtoworld_vision_to_graphics_Rt": (("bmm", "mm"), lambda d: conversions.camtoworld_vision_to_graphics_Rt(
+            *_exact(inputs.rigid_pose, d)), True),
+        "camtoworld_to_worldtocam_Rt": (("bmm", "mm"), lambda d: conversions.camtoworld_to_worldtocam_Rt(
+            *_exact(inputs.rigid_pose, d)), True),
+        "worldtocam_to_camtoworld_Rt": (("bmm", "mm"), lambda d: conversions.worldtocam_to_camtoworld_Rt(
+            *_exact(inputs.rigid_pose, d)), True),
+        "tilt_projection": (("bmm", "mm"), lambda d: K.geometry.calibration.distort.tilt_projection(
+            *inputs.tilt_angles(d)), True),
+        "fit_line": (("bmm", "mm"), lambda d: tuple(p.data for p in K.geometry.line.fit_line(_line_points(d))), True),
+        "ParametrizedLine.projection": (("dot", "mm", "bmm"), lambda d: _line(d).projection(
+            torch.tensor([1.0, 2.0, 0.5]).to(d)), True),
+        "ParametrizedLine.distance": (("dot", "mm", "bmm"), lambda d: _line(d).distance(
+            torch.tensor([1.0, 2.0, 0.5]).to(d)), False),
+        "Se2.log": (("bmm", "mm"), lambda d: Se2.exp(se2_vectors.to(d)).log(), False),
+        "AutoAugment.get_transformation_matrix": (("bmm", "mm"), _auto_augment_matrix, True),
+        "ImageRegistrator.register": (("addcdiv",), _registration, True),
+    }
+    if not hasattr(conversions, "camtoworld_graphics_to_vision_Rt"):  # 0.7.0's: present in every supported release
+        cases = {k: v for k, v in cases.items() if "camtoworld" not in k and "worldtocam" not in k}
+    return cases
+
+
+OLD_TORCH_CASES = sorted(_kornia_cases())
+
+
+@pytest.mark.parametrize("name", OLD_TORCH_CASES)
+def test_old_torch_float16_kernel_gaps_of_kornias_own_tests(name):
+    """On a torch without the float16 CPU kernel (torch 2.1) the unpatched release raises torch's
+    missing-kernel error and the patched call returns float16: the release's float32 result on the
+    same inputs narrowed once, bitwise where the whole public function is promoted (within half
+    rounding where half work surrounds the promoted part: Se2.log's exp, the line's sqrt, the
+    Hausdorff loss's half reduction). Where the kernel exists (torch 2.4+) the rows are not
+    installed and the release's own float16 call runs: the test skips. float32 is bitwise the
+    release's either way."""
+    kernels, call, bitwise = _kornia_cases()[name]
+    dtype = torch.float16
+    missing = any(lacks_half_kernel(k, dtype) for k in kernels)
+    # warp_sampling too: the registration samples with grid_sample (no float16 CPU kernel below torch 2.6)
+    with testing.isolated(only=["torch_ops", "warp_sampling"]):
+        got = _tensors(call(dtype))
+        patched32 = _tensors(call(torch.float32))
+        with kornia_halfpatch.unpatched(["torch_ops"]):
+            release32 = _tensors(call(torch.float32))
+            if missing:
+                with expect_missing_kernel_error():
+                    call(dtype)
+            else:
+                try:
+                    native = _tensors(call(dtype))
+                except RuntimeError:  # AutoAugment: the unpatched half forward fails on a dtype mismatch
+                    native = None
+    assert all(bitwise_equal(a, b) for a, b in zip(patched32, release32)) and len(patched32) == len(release32)
+    if not missing:
+        assert native is None or all(bitwise_equal(a, b) for a, b in zip(got, native))
+        pytest.skip(f"torch {TORCH} has float16 CPU kernels for {', '.join(kernels)}: nothing installed")
+    assert len(got) == len(release32)
+    for g, r in zip(got, release32):
+        assert g.dtype == (torch.float16 if r.is_floating_point() else r.dtype), name
+        if bitwise:
+            assert bitwise_equal(g, r.to(g.dtype)), name
+        else:
+            torch.testing.assert_close(g.float(), r.float(), atol=4e-3, rtol=4e-3)

@@ -53,9 +53,14 @@ REAL_CALLS = {
     "dot": lambda d: _image(d, (7,)).dot(_image(d, (7,)).flip(0)),
     "prod": lambda d: _image(d, (2, 3, 5)).prod(dim=1),
     "cumsum": lambda d: _image(d).cumsum(2),
+    "adaptive_max_pool3d": lambda d: F.adaptive_max_pool3d(_image(d, (1, 2, 3, 5, 5)), (1, 2, 2)),
+    "addcdiv": lambda d: _image(d).addcdiv(_image(d), _image(d) + 1, value=-0.5),
     "median": lambda d: _image(d).median(dim=1),
     "eye": lambda d: torch.eye(4, 3, dtype=d),
     "softmax": lambda d: torch.softmax(_image(d), dim=1),
+    "softmax_nonlast": lambda d: _image(d).softmax(dim=1),  # dice_loss's classes
+    "log_softmax": lambda d: _image(d, (4, 3)).log_softmax(1),  # focal_loss on (B, C) logits
+    "log_softmax_nonlast": lambda d: _image(d).log_softmax(1),  # focal_loss on (B, C, H, W) logits
     "topk": lambda d: _image(d, (5, 40)).topk(3, dim=1, largest=False),
     "bmm": lambda d: _image(d, (4, 3, 5)) @ _image(d, (4, 5, 2)),
     "mm": lambda d: _image(d, (7, 5)) @ _image(d, (5, 3)),

@@ -305,6 +305,7 @@ def build_so2_log(original: Any) -> Any:
 
 
 MATRIX_PRODUCT_KERNELS = ("bmm", "mm")
+LINE_KERNELS = ("dot", "mm", "bmm")
 
 
 def _lacking_dtypes(kernels: Tuple[str, ...]) -> Tuple[torch.dtype, ...]:
@@ -359,6 +360,76 @@ def build_group_method(original: Any) -> Any:
         return out.to(dtype) if isinstance(out, torch.Tensor) and out.is_floating_point() else out
 
     return method
+
+
+_WIDER = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+_REAL = {torch.float16: torch.float16, torch.bfloat16: torch.bfloat16, torch.complex32: torch.float16}
+
+
+def build_module_method_widened(kernels: Tuple[str, ...], argument: Optional[str] = None) -> Any:
+    """A method of a kornia Module (a geometric object whose tensors are its parameters: Se2,
+    ParametrizedLine) that reaches an op without a half CPU kernel in older torch through ``@``
+    (bmm/mm/dot): the release's method run with every parameter widened in the graph (float16 to
+    float32, ComplexHalf to complex64: exact; gradients reach the half parameters through the
+    casts' backward, narrowed once) and each tensor argument of the same half dtype widened; each
+    floating (complex) output narrowed once. Only for the half dtypes this torch lacks one of
+    ``kernels`` for; an element holding a half tensor that is no parameter (a Vector2
+    translation) keeps the release's call."""
+
+    def build(original: Any) -> Any:
+        from torch.nn.utils.stateless import _reparametrize_module
+
+        dtypes = _lacking_dtypes(kernels)
+
+        def call(self: Any, *args: Any) -> Any:
+            named = list(self.named_parameters(remove_duplicate=False)) if dtypes else []
+            reals = {_REAL.get(t.dtype) for _, t in named}
+            if not named or len(reals) != 1 or next(iter(reals)) not in dtypes or any(t.device.type != "cpu" for _, t in named):
+                return original(self, *args)
+            dtype = next(iter(reals))
+            translation = getattr(self, "t", None) if hasattr(type(self), "t") else None
+            if translation is not None and not isinstance(translation, torch.Tensor):
+                return original(self, *args)  # a Vector2/Vector3 translation: not a parameter
+            copies: Dict[int, torch.Tensor] = {}
+            state = {}
+            for name, tensor in named:
+                if id(tensor) not in copies:
+                    copies[id(tensor)] = tensor.to(_WIDER[tensor.dtype])
+                state[name] = copies[id(tensor)]
+            wide_args = tuple(a.float() if isinstance(a, torch.Tensor) and a.dtype == dtype else a for a in args)
+            with _reparametrize_module(self, state, tie_weights=True, strict=False):
+                out = original(self, *wide_args)
+            if isinstance(out, torch.Tensor) and out.dtype == torch.float32:
+                return out.to(dtype)
+            if isinstance(out, torch.Tensor) and out.dtype == torch.complex64 and dtype == torch.float16:
+                return out.to(torch.complex32)
+            return out
+
+        if argument is None:
+            def method(self: Any) -> Any:
+                return call(self)
+        else:
+            def method(self: Any, point: Any) -> Any:  # ParametrizedLine's methods: (self, point)
+                return call(self, point)
+        return method
+
+    return build
+
+
+def build_fit_line(original: Any) -> Any:
+    dtypes = _lacking_dtypes(("bmm", "mm"))
+
+    def fit_line(points: torch.Tensor, weights: Optional[torch.Tensor] = None) -> Any:
+        if (isinstance(points, torch.Tensor) and points.dtype in dtypes and points.device.type == "cpu"
+                and (weights is None or isinstance(weights, torch.Tensor))):
+            # A^T @ A (bmm) has no float16 CPU kernel in older torch: the release's line through
+            # the widened points (exact), origin and direction narrowed once. The release wraps
+            # both in new Parameters (leaves) either way.
+            wide = original(points.float(), None if weights is None or weights.dtype != points.dtype else weights.float())
+            return type(wide)(wide.origin.data.to(points.dtype), wide.direction.data.to(points.dtype))
+        return original(points, weights)
+
+    return fit_line
 
 
 def build_se3_exp(original: Any) -> Any:
@@ -427,6 +498,35 @@ def build_homography_reset_model(original: Any) -> Any:
     return reset_model
 
 
+def build_registrator_register(original: Any) -> Any:
+    dtypes = _lacking_dtypes(("addcdiv",))
+
+    def register(self: Any, src_img: torch.Tensor, dst_img: torch.Tensor, verbose: bool = False,
+                 output_intermediate_models: bool = False) -> Any:
+        model = getattr(self, "model", None)
+        parameters = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+        if (dtypes and parameters and isinstance(src_img, torch.Tensor) and isinstance(dst_img, torch.Tensor)
+                and parameters[0].dtype in dtypes and src_img.dtype == dst_img.dtype == parameters[0].dtype
+                and all(p.dtype == parameters[0].dtype and p.device.type == "cpu" for p in parameters)):
+            # The optimizer's step (torch.optim.Adam: addcdiv) has no float16 CPU kernel in older
+            # torch: the release's registration of the widened images with the model in float32
+            # (its parameters widened in place, the same Parameter objects), the model narrowed
+            # back once at the end and the returned model(s) narrowed once.
+            dtype = parameters[0].dtype
+            model.float()
+            try:
+                out = original(self, src_img.float(), dst_img.float(), verbose, output_intermediate_models)
+            finally:
+                model.to(dtype)
+            if output_intermediate_models:
+                final, intermediate = out
+                return final.to(dtype), [m.to(dtype) for m in intermediate]
+            return out.to(dtype)
+        return original(self, src_img, dst_img, verbose, output_intermediate_models)
+
+    return register
+
+
 def build_torch_inverse(original: Any) -> Any:
     """``torch.inverse`` as kornia's code calls it: a half CPU matrix (which torch refuses) is
     inverted in float32 and narrowed once, right after the op; everything else is torch's call.
@@ -474,9 +574,26 @@ METHOD_TARGETS = (
              reason=f"{what} (bmm) has no float16 CPU kernel in older torch: Se3.{name} of the element's parameters "
              "widened to float32, narrowed once", gate=kernel_gate(MATRIX_PRODUCT_KERNELS))
       for name, what in (("log", "omega_hat @ omega_hat"), ("adjoint", "hat(t) @ R"))),
+    Target(("kornia.geometry.liegroup.se2:Se2.log",), build_module_method_widened(MATRIX_PRODUCT_KERNELS), ("self",),
+           optional=True, reason="V_inv @ t (bmm) has no float16 CPU kernel in older torch: Se2.log of the element's "
+           "parameters widened (ComplexHalf rotation to complex64, translation to float32), narrowed once",
+           gate=kernel_gate(MATRIX_PRODUCT_KERNELS, ("float16",))),
+    *(Target((f"kornia.geometry.line:ParametrizedLine.{name}",), build_module_method_widened(LINE_KERNELS, "point"),
+             ("self", "point"), optional=True,
+             reason=f"direction @ (point - origin) (dot/mm) has no float16 CPU kernel in older torch: ParametrizedLine."
+             f"{name} of the line's parameters and the point widened to float32, narrowed once",
+             gate=kernel_gate(LINE_KERNELS)) for name in ("projection", "squared_distance")),
+    Target(("kornia.geometry.line:fit_line",), build_fit_line, ("points", "weights"), optional=True,
+           reason="A^T @ A (bmm) has no float16 CPU kernel in older torch: the line fitted to the widened points, "
+           "origin and direction narrowed once", gate=kernel_gate(MATRIX_PRODUCT_KERNELS)),
     Target(("kornia.geometry.plane:Hyperplane.through",), build_hyperplane_through, ("cls", "p0", "p1", "p2"),
            optional=True, reason="Tensor.cross has no float16 CPU kernel in older torch: the plane through three "
            "widened points, normal and offset narrowed once", gate=kernel_gate(("cross",))),
+    Target(("kornia.geometry.transform.image_registrator:ImageRegistrator.register",), build_registrator_register,
+           ("self", "src_img", "dst_img", "verbose", "output_intermediate_models"), optional=True,
+           reason="addcdiv (torch.optim.Adam's step on the model's parameters) has no float16 CPU kernel in older "
+           "torch: the float16 registration run in float32 (model widened in place, narrowed back), the model "
+           "narrowed once", gate=kernel_gate(("addcdiv",))),
     Target(("kornia.geometry.transform.image_registrator:Homography.reset_model",), build_homography_reset_model,
            ("self",), optional=True, reason="eye has no bfloat16 CPU kernel in torch 2.1 (nn.init.eye_ of a half "
            "registration model): the identity copied in from float32, exactly", gate=kernel_gate(("eye",))),
@@ -679,6 +796,38 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.geometry.epipolar.projection:projections_from_fundamental",
          "[e2]x @ F (bmm) has no float16 CPU kernel in older torch: the canonical projection pair in float32, "
          "narrowed once", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.essential:essential_from_Rt",
+         "[t]x @ R (bmm) has no float16 CPU kernel in older torch: E in float32, narrowed once", kernels=("bmm", "mm")),
+    _row("kornia.geometry.epipolar.projection:depth_from_point",
+         "R @ X^T (bmm) has no float16 CPU kernel in older torch (motion_from_essential_choose_solution's cheirality "
+         "check): the depths in float32, narrowed once", kernels=("bmm", "mm")),
+    *(_row(f"kornia.geometry.conversions:{name}",
+           "the pose product (@, bmm) has no float16 CPU kernel in older torch: the converted pose in float32, narrowed "
+           "once (the _Rt variants and ARKitQTVecs_to_ColmapQTVecs call the 4x4 ones)", kernels=("bmm", "mm"))
+      for name in ("camtoworld_graphics_to_vision_4x4", "camtoworld_vision_to_graphics_4x4",
+                   "camtoworld_to_worldtocam_Rt", "worldtocam_to_camtoworld_Rt")),
+    _row("kornia.geometry.calibration.distort:tilt_projection",
+         "Ry @ Rx (bmm) has no float16 CPU kernel in older torch (distort_points/undistort_points with tilt "
+         "coefficients): the tilt matrix in float32, narrowed once", kernels=("bmm", "mm")),
+    *(_row(f"kornia.augmentation.auto.{path}.get_transformation_matrix",
+           "mat @ res_mat (bmm) has no float16 CPU kernel in older torch (AutoAugment/RandAugment/TrivialAugment's "
+           "transformation matrix): the product of the policy's matrices for the widened input, narrowed once",
+           kernels=("bmm", "mm"))
+      for path in ("base:PolicyAugmentBase", "operations.policy:PolicySequential")),
+    _row("kornia.losses.dice:dice_loss",
+         "Tensor.softmax over the classes (softmax_kernel_impl) has no float16 CPU kernel in older torch: the loss in "
+         "float32, narrowed once", kernels=("softmax_nonlast",)),
+    _row("kornia.losses.focal:focal_loss",
+         "Tensor.log_softmax over the classes (log_softmax_lastdim_kernel_impl, softmax_kernel_impl) has no float16 "
+         "CPU kernel in older torch: the loss in float32, narrowed once", kernels=("log_softmax", "log_softmax_nonlast")),
+    _row("kornia.losses.hausdorff:_HausdorffERLossBase.perform_erosion",
+         "the erosion's convolution (self.conv: torch's conv2d/conv3d held on the module, out of every module view's "
+         "reach) has no float16 CPU kernel in older torch: the erosion in float32, narrowed once",
+         kernels=("conv2d", "conv3d")),
+    _row("kornia.losses.hausdorff:HausdorffERLoss3D.forward",
+         "the 3-D erosion's AdaptiveMaxPool3d has no float16 CPU kernel in torch 2.4 (adaptive_max_pool3d_cpu; "
+         "conv3d neither in torch 2.1): the 3-D Hausdorff loss in float32, narrowed once",
+         kernels=("conv3d", "adaptive_max_pool3d")),
     # max_blur_pool2d/MaxBlurPool2D (max_pool2d) are kornia_dtypes rows: their float16 Pascal kernel
     # overflows, so they run in float32 whatever the kernels.
     _row("kornia.filters.blur_pool:edge_aware_blur_pool2d",
