@@ -32,8 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import upstream_tests as ut  # noqa: E402
 
 # directories that cannot be collected without optional packages or that hold no kernel tests
-IGNORE = ("tests/integration", "tests/onnx", "tests/io/test_io_image.py", "tests/benchmark.py",
-          "tests/performance", "tests/smoke_test.py")
+IGNORE = ("integration", "onnx", "io/test_io_image.py", "benchmark.py", "performance", "smoke_test.py")
 GRAD_NAME = re.compile(r"grad(?!ual)|backward", re.I)
 
 
@@ -47,10 +46,11 @@ def is_gradient_test(node_id: str) -> bool:
 
 def _collect(checkout: Path, dtype: str, python: str, selection: list) -> list:
     # -o addopts= : 0.8.3 adds -v there, which would turn -q's node ids into a tree
-    command = [python, "-P", "-W", "ignore", "-m", "pytest", "--import-mode=append", "tests", "--collect-only", "-q",
+    root = "tests" if (checkout / "tests").is_dir() else "test"  # 0.7.0 keeps its tests in test/
+    command = [python, "-P", "-W", "ignore", "-m", "pytest", "--import-mode=append", root, "--collect-only", "-q",
                "-o", "addopts=", "--dtype", dtype, "--device", "cpu", "-p", "no:cacheprovider", "-p",
                "no:kornia_halfpatch", "--color=no", *selection]
-    command += [f"--ignore={path}" for path in IGNORE if (checkout / path).exists()]
+    command += [f"--ignore={root}/{path}" for path in IGNORE if (checkout / root / path).exists()]
     result = subprocess.run(command, cwd=checkout, capture_output=True, text=True)
     ids = [line.strip() for line in result.stdout.splitlines() if "::" in line and not line.startswith(" ")]
     if not ids:
