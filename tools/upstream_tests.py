@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -66,8 +67,11 @@ def _from_environment(path: str) -> str:
 
 
 def shim_path() -> Path:
-    """A directory holding only a link to this repository's ``kornia_halfpatch``."""
-    path = Path(tempfile.gettempdir()) / f"kornia_halfpatch_shimpath_{os.getuid()}"
+    """A directory holding only a link to this repository's ``kornia_halfpatch``, one per checkout:
+    a directory shared by every checkout of the user was re-pointed by a run from another worktree,
+    so runs already going imported that worktree's shim."""
+    checkout = hashlib.sha256(str(REPO.resolve()).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"kornia_halfpatch_shimpath_{os.getuid()}_{checkout}"
     path.mkdir(exist_ok=True)
     link = path / "kornia_halfpatch"
     if not link.is_symlink() or link.resolve() != (REPO / "kornia_halfpatch").resolve():
