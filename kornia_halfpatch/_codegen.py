@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from . import _probe_cache as probe_cache
+from ._identity import python_function_of  # noqa: F401 - also used by the fixes and tests through here
 
 HALF_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # A per-output rule: "narrow" (floating outputs to the triggering half dtype) or "float32"
@@ -359,20 +360,6 @@ def call_source(function: Callable[..., Any], argument: Callable[[inspect.Parame
         value = argument(parameter)
         parts.append(value if parameter.kind != parameter.KEYWORD_ONLY else f"{parameter.name}={value}")
     return ", ".join(parts)
-
-
-def python_function_of(original: Any) -> Any:
-    """The Python function a wrapper of ``original`` is generated from: a static or class
-    method's function, and a ``@torch.jit.script`` function's own (a ScriptFunction has no Python
-    signature, annotations or globals, but keeps its function for dynamo as
-    ``_torchdynamo_inline``: kornia 0.8.3's sampson_epipolar_distance). The wrapper still calls
-    ``original`` itself, so the release's compiled code runs."""
-    function = getattr(original, "__func__", original)
-    if type(function).__name__ == "ScriptFunction":
-        inline = getattr(function, "_torchdynamo_inline", None)
-        if isinstance(inline, types.FunctionType):
-            return inline
-    return function
 
 
 def base_namespace(original: Callable[..., Any]) -> Dict[str, Any]:

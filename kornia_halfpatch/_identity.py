@@ -12,6 +12,20 @@ from ._model import SCOPE_KORNIA
 from ._scoped import home_name, reference_name
 
 
+def python_function_of(original: Any) -> Any:
+    """The Python function a wrapper of ``original`` is generated from: a static or class
+    method's function, and a ``@torch.jit.script`` function's own (a ScriptFunction has no Python
+    signature, annotations or globals, but keeps its function for dynamo as
+    ``_torchdynamo_inline``: kornia 0.8.3's sampson_epipolar_distance). The wrapper still calls
+    ``original`` itself, so the release's compiled code runs."""
+    function = getattr(original, "__func__", original)
+    if type(function).__name__ == "ScriptFunction":
+        inline = getattr(function, "_torchdynamo_inline", None)
+        if isinstance(inline, types.FunctionType):
+            return inline
+    return function
+
+
 def _signature(function: Any) -> inspect.Signature:
     """The original's signature, read once while it stays the same (every apply() gives each
     hand-written replacement its original's signature again: two per isolated() block)."""
@@ -32,8 +46,6 @@ def give_identity(replacement: Any, found: Tuple[Any, str, Any, str], scope: str
     ``__wrapped__``: ``inspect.getsource`` would follow it and TorchScript would compile the
     original instead.
     """
-    from ._codegen import python_function_of
-
     parent, attribute, original, path = found
     function = python_function_of(original)
     if isinstance(replacement, types.FunctionType):
@@ -107,8 +119,6 @@ def _set_pickle_reference(replacement: Any, original: Any, scope: str, path: Opt
     home keeps the original, so its name cannot resolve to the replacement; see _scoped)."""
     if not isinstance(replacement, types.FunctionType):
         return
-    from ._codegen import python_function_of
-
     named = python_function_of(original) if type(original).__name__ == "ScriptFunction" else original
     module, qualname = getattr(named, "__module__", None), getattr(named, "__qualname__", None)
     if module is None or qualname is None:
