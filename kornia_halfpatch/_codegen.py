@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from . import _probe_cache as probe_cache
-from ._identity import python_function_of  # noqa: F401 - also used by the fixes and tests through here
+from ._functions import python_function_of  # noqa: F401 - also used by the fixes and tests through here
 
 HALF_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # A per-output rule: "narrow" (floating outputs to the triggering half dtype) or "float32"

@@ -42,7 +42,8 @@ from . import _kornia_scope as kornia_scope
 from . import _lookups
 from . import _probe_cache as probe_cache
 from ._bindings import BindingIndex, is_kornia_module
-from ._identity import give_identity, python_function_of
+from ._functions import python_function_of
+from ._identity import give_identity
 from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
 from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, Target, TargetStatus, Verdict
