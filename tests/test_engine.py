@@ -609,18 +609,25 @@ def warper():
     return importlib.import_module(WARPER)
 
 
+def bound_and_grown_modules(tmp_path, monkeypatch, where):
+    """``bound_<where>``, a user module not imported yet that binds create_meshgrid from WARPER
+    when imported, and ``grown_<where>``, a module already in sys.modules for the test to grow."""
+    (tmp_path / f"bound_{where}.py").write_text(f"from {WARPER} import create_meshgrid\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, f"bound_{where}", raising=False)
+    grown = type(sys)(f"grown_{where}")
+    monkeypatch.setitem(sys.modules, f"grown_{where}", grown)
+    return grown
+
+
 @needs_old_kornia
 @pytest.mark.parametrize("inside, outside", [((), None), (("utils_grids",), ()), (("utils_grids",), None)])
 def test_isolated_restores_what_its_block_bound_in_new_and_grown_modules(tmp_path, monkeypatch, inside, outside):
     # testing.isolated() scans the modules once, on entry; its restore re-scans only the modules
     # imported in the block and those whose namespace changed size. What the block bound there
     # must end as after a plain revert() or apply().
-    (tmp_path / "bound_in_the_block.py").write_text(f"from {WARPER} import create_meshgrid\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "bound_in_the_block", raising=False)
-    grown = type(sys)("grown_in_the_block")
+    grown = bound_and_grown_modules(tmp_path, monkeypatch, "in_the_block")
     original = kornia_halfpatch.get_original(warper().create_meshgrid)
-    monkeypatch.setitem(sys.modules, "grown_in_the_block", grown)
     with testing.isolated(only=outside):
         outside_value = warper().create_meshgrid
         with testing.isolated(only=inside):
@@ -645,11 +652,7 @@ def test_the_next_block_restores_what_was_bound_between_blocks(tmp_path, monkeyp
     # One block's binding index serves the next (only new modules and namespaces that changed
     # size are scanned again): what code outside the blocks bound meanwhile, in a module
     # imported meanwhile or in one that grew, must be found by the next block's revert.
-    (tmp_path / "bound_between_blocks.py").write_text(f"from {WARPER} import create_meshgrid\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "bound_between_blocks", raising=False)
-    grown = type(sys)("grown_between_blocks")
-    monkeypatch.setitem(sys.modules, "grown_between_blocks", grown)
+    grown = bound_and_grown_modules(tmp_path, monkeypatch, "between_blocks")
     with testing.isolated(only=["utils_grids"]):
         original = kornia_halfpatch.get_original(warper().create_meshgrid)
         with testing.isolated(only=["utils_grids"]):
@@ -711,11 +714,7 @@ def test_the_kept_binding_index_does_not_grow_with_the_blocks():
 @needs_old_kornia
 def test_patched_undoes_what_its_block_bound_in_new_and_grown_modules(tmp_path, monkeypatch):
     # patched() scans once for its apply and brings that scan up to date for the undo.
-    (tmp_path / "bound_in_patched.py").write_text(f"from {WARPER} import create_meshgrid\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "bound_in_patched", raising=False)
-    grown = type(sys)("grown_in_patched")
-    monkeypatch.setitem(sys.modules, "grown_in_patched", grown)
+    grown = bound_and_grown_modules(tmp_path, monkeypatch, "in_patched")
     with testing.isolated(only=()):
         original = warper().create_meshgrid
         with kornia_halfpatch.patched(only=["utils_grids"]):
