@@ -31,6 +31,7 @@ import inspect
 import itertools
 import linecache
 import marshal
+import sys
 import threading
 import types
 import typing
@@ -122,6 +123,16 @@ TENSOR_OR_PAIR = "tensor_or_pair"
 
 
 def _resolved_hints(function: Callable[..., Any]) -> Dict[str, Any]:
+    """``typing.get_type_hints(function)``, evaluating each distinct annotation of a module once
+    per process (``_evaluated_annotation``): kornia 0.8 writes its annotations as strings
+    (``from __future__ import annotations``), the same few (``Tensor``, ``Optional[Tensor]``,
+    ``tuple[int, int]``) in hundreds of functions, and evaluating them again for each row was a
+    tenth of a first apply(). Any annotation that does not evaluate: every hint of the function
+    through ``get_type_hints`` itself (and its Python 3.9 fallback), as before."""
+    try:
+        return _hints_one_by_one(function)
+    except Exception:  # noqa: BLE001 - read the whole function as get_type_hints does, below
+        pass
     try:
         return typing.get_type_hints(function)
     except Exception:  # noqa: BLE001 - Python 3.9 and "X | Y", below; else classified as OTHER
@@ -130,6 +141,61 @@ def _resolved_hints(function: Callable[..., Any]) -> Dict[str, Any]:
         return _hints_with_pipes_as_unions(function)
     except Exception:  # noqa: BLE001 - an annotation that does not evaluate: classify as OTHER
         return {}
+
+
+# (id of the globals, the annotation) -> (the globals, the annotation, its evaluated hint). The
+# globals and the annotation are kept alive with the entry, so their ids are not reused.
+_evaluated: Dict[Tuple[int, Any], Tuple[Dict[str, Any], Any, Any]] = {}
+_NO_DEFAULT_NONE_OPTIONAL = sys.version_info >= (3, 11)  # before 3.11 get_type_hints adds Optional for "= None"
+
+
+def _hints_one_by_one(function: Callable[..., Any]) -> Dict[str, Any]:
+    annotations = getattr(function, "__annotations__", None)
+    if not isinstance(annotations, dict) or not isinstance(function, types.FunctionType):
+        raise TypeError("not a plain function")
+    inner = function
+    while hasattr(inner, "__wrapped__"):  # get_type_hints reads the innermost function's globals
+        inner = inner.__wrapped__
+    globalns = getattr(inner, "__globals__", None)
+    if not isinstance(globalns, dict):
+        raise TypeError("no globals")
+    hints = {name: _evaluated_annotation(annotation, globalns) for name, annotation in annotations.items()}
+    if not _NO_DEFAULT_NONE_OPTIONAL:
+        defaults = _defaults_by_name(function)
+        for name, hint in hints.items():
+            if name in defaults and defaults[name] is None:
+                hints[name] = typing.Optional[hint]
+    return hints
+
+
+def _evaluated_annotation(annotation: Any, globalns: Dict[str, Any]) -> Any:
+    key = (id(globalns), annotation if isinstance(annotation, str) else id(annotation))
+    known = _evaluated.get(key)
+    if known is not None and known[0] is globalns and known[1] is annotation:
+        return known[2]
+    # get_type_hints of a function whose only annotation is this one, in the same globals: its
+    # evaluation rules exactly (None -> NoneType, forward references inside, Python 3.9's pipes).
+    probe = types.FunctionType(_ANNOTATED.__code__, globalns, "_halfpatch_annotated")
+    probe.__annotations__ = {"value": annotation}
+    try:
+        hint = typing.get_type_hints(probe)["value"]
+    except Exception:  # noqa: BLE001 - Python 3.9 and "X | Y"
+        hint = _hints_with_pipes_as_unions(probe)["value"]
+    _evaluated[key] = (globalns, annotation, hint)
+    return hint
+
+
+def _ANNOTATED(value):  # type: ignore[no-untyped-def]  # noqa: N802 - the code object of _evaluated_annotation's probes
+    return value
+
+
+def _defaults_by_name(function: types.FunctionType) -> Dict[str, Any]:
+    code = function.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    defaults = function.__defaults__ or ()
+    named = dict(zip(positional[len(positional) - len(defaults):], defaults))
+    named.update(function.__kwdefaults__ or {})
+    return named
 
 
 class _PipesToUnions(ast.NodeTransformer):

@@ -94,8 +94,34 @@ def _parameters_shape(function: Any) -> List[Tuple[str, Any, Any]]:
         and all(known[1][key] is value for key, value in keyword_defaults.items())
     ):
         return known[2]
-    shape = [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+    shape = _shape_of_code(code, defaults, keyword_defaults)
     _shapes[code] = (tuple(defaults), dict(keyword_defaults), shape)
+    return shape
+
+
+_EMPTY = inspect.Parameter.empty
+
+
+def _shape_of_code(code: types.CodeType, defaults: Tuple[Any, ...], keyword_defaults: Dict[str, Any]) -> List[Tuple[str, Any, Any]]:
+    """What ``inspect.signature`` reads of a plain function's parameters, read off its code object
+    (inspect builds a Signature of Parameters for each of the 180 replacements of an apply():
+    half of adopting their originals' signatures)."""
+    names = code.co_varnames
+    positional = code.co_argcount
+    keyword_only = code.co_kwonlyargcount
+    first_default = positional - len(defaults)
+    shape: List[Tuple[str, Any, Any]] = []
+    for index in range(positional):
+        kind = inspect.Parameter.POSITIONAL_ONLY if index < code.co_posonlyargcount else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        shape.append((names[index], kind, defaults[index - first_default] if index >= first_default else _EMPTY))
+    position = positional + keyword_only
+    if code.co_flags & inspect.CO_VARARGS:
+        shape.append((names[position], inspect.Parameter.VAR_POSITIONAL, _EMPTY))
+        position += 1
+    for index in range(positional, positional + keyword_only):
+        shape.append((names[index], inspect.Parameter.KEYWORD_ONLY, keyword_defaults.get(names[index], _EMPTY)))
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        shape.append((names[position], inspect.Parameter.VAR_KEYWORD, _EMPTY))
     return shape
 
 

@@ -106,17 +106,32 @@ def _installation() -> Dict[str, Any]:
 
 
 _name: Optional[str] = None  # this installation's file name, computed once per process
-_placed: Optional[Tuple[Tuple[Optional[str], ...], str]] = None  # the variables directory() read, its answer
+# The variables that decide whether and where answers are kept, as last read, and what they
+# decided: remembered() asks for every answer (about 600 in a first apply(): every kornia
+# module's routes, every generated wrapper), and reading them through os.environ (which encodes
+# each name and decodes each value) was an eighth of a warm apply().
+_CACHE_VARIABLES = (ENV_CACHE, ENV_CACHE_DIR, "XDG_CACHE_HOME", "HOME")
+_RAW_CACHE_VARIABLES = tuple(os.fsencode(name) for name in _CACHE_VARIABLES) if os.name == "posix" else ()
+_placed: Optional[Tuple[Tuple[Any, ...], bool, str]] = None  # (raw variables, enabled(), directory())
 
 
-def _where() -> str:
-    """``directory()``, computed again only when one of the variables it reads changed (it is
-    asked for every answer: every kornia module's routes, every generated wrapper)."""
+def _raw_cache_variables() -> Tuple[Any, ...]:
+    """The raw values of the cache's variables: from os.environ's own byte mapping on POSIX (no
+    encoding or decoding), else through os.environ. Only compared, never interpreted."""
+    data = getattr(os.environ, "_data", None)
+    if _RAW_CACHE_VARIABLES and isinstance(data, dict):
+        return tuple(data.get(name) for name in _RAW_CACHE_VARIABLES)
+    return tuple(os.environ.get(name) for name in _CACHE_VARIABLES)
+
+
+def _placement() -> Tuple[bool, str]:
+    """``(enabled(), directory())``, computed again only when one of their variables changed."""
     global _placed
-    variables = (os.environ.get(ENV_CACHE_DIR), os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
-    if _placed is None or _placed[0] != variables:
-        _placed = (variables, directory())
-    return _placed[1]
+    raw = _raw_cache_variables()
+    known = _placed
+    if known is None or known[0] != raw:
+        known = _placed = (raw, enabled(), directory())
+    return known[1], known[2]
 
 
 def _file() -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
@@ -124,7 +139,7 @@ def _file() -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
     if _name is None:
         key = hashlib.sha256(json.dumps(_installation(), sort_keys=True, default=repr).encode()).hexdigest()
         _name = f"probes-{key[:40]}.json"
-    path = os.path.join(_where(), _name)
+    path = os.path.join(_placement()[1], _name)
     if _loaded is None or _loaded[0] != path:
         # First use, or KORNIA_HALFPATCH_CACHE_DIR changed since: the same installation, another place.
         _loaded = (path, _read(path), {})
@@ -258,7 +273,7 @@ def remembered(
     JSON, ``decode`` makes it again; a stored value ``decode`` rejects is computed again).
     ``by_settings=False``: an answer that no setting changes (read from kornia's code alone)."""
     entry = None
-    if enabled():
+    if _placement()[0]:
         try:
             with _lock:
                 loaded = _file()
