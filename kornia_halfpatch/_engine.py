@@ -3,8 +3,9 @@
 Fix modules (``kornia_halfpatch.fixes.*``) only describe *what* to replace and *how to compute*;
 installing a replacement happens here:
 
-* Targets are resolved with ``wrapt.resolve_path`` and the first candidate path that exists in
-  the installed release wins (kornia moves functions between releases).
+* Targets are resolved as ``wrapt.resolve_path`` does (``_functions.resolve_path``), and the
+  first candidate path that exists in the installed release wins (kornia moves functions
+  between releases).
 * The replacement is a plain Python function built by the fix, never a wrapt proxy: dynamo
   inlines ``__wrapped__`` of a proxy and TorchScript compiles its source, so a proxy silently
   runs the unpatched code under ``torch.compile``/``torch.jit.script``. A plain function with its
@@ -34,7 +35,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-import wrapt
 
 from . import _environment as environment
 from . import _installed as state
@@ -42,7 +42,7 @@ from . import _kornia_scope as kornia_scope
 from . import _lookups
 from . import _probe_cache as probe_cache
 from ._bindings import BindingIndex, is_kornia_module
-from ._functions import python_function_of
+from ._functions import python_function_of, resolve_path
 from ._identity import give_identity
 from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
@@ -80,7 +80,7 @@ def resolve(target: Target) -> Tuple[Optional[Tuple[Any, str, Any, str]], str]:
         # lookups were half of resolving, and every apply() resolves every target again.
         module = sys.modules.get(module_name)
         try:
-            parent, attribute, original = wrapt.resolve_path(module if module is not None else module_name, path)
+            parent, attribute, original = resolve_path(module if module is not None else module_name, path)
         except (ImportError, AttributeError) as exc:
             errors.append(f"{candidate}: {exc.__class__.__name__}")
             continue

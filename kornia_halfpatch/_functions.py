@@ -4,8 +4,9 @@ so the engine, the code generator and the identity module can all use it."""
 
 from __future__ import annotations
 
+import importlib
 import types
-from typing import Any
+from typing import Any, Tuple
 
 
 def python_function_of(original: Any) -> Any:
@@ -20,3 +21,30 @@ def python_function_of(original: Any) -> Any:
         if isinstance(inline, types.FunctionType):
             return inline
     return function
+
+
+def resolve_path(module: Any, path: str) -> Tuple[Any, str, Any]:
+    """``(parent, attribute, original)`` of the dotted ``path`` inside ``module`` (a module, or a
+    module name, imported if need be), as ``wrapt.resolve_path`` finds it: on a class the raw
+    attribute of the class in its MRO that defines it (a staticmethod or classmethod object, not
+    the bound function getattr gives). ImportError or AttributeError where nothing is there.
+    Written out here so that apply() and ``import kornia_halfpatch`` do not import wrapt (a
+    third of the package's import time), which only the deferred apply() needs."""
+    if isinstance(module, str):
+        module = importlib.import_module(module)
+    parent: Any = None
+    original: Any = module
+    attribute = ""
+    for attribute in path.split("."):
+        parent = original
+        original = _attribute_of(parent, attribute)
+    return parent, attribute, original
+
+
+def _attribute_of(parent: Any, attribute: str) -> Any:
+    if isinstance(parent, type):
+        for cls in parent.__mro__:
+            namespace = vars(cls)
+            if attribute in namespace:
+                return namespace[attribute]
+    return getattr(parent, attribute)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import wrapt
-
 from ._installed import lock, take_pending
 from ._safety import describe_exception, logger, outside_compiler, warn
 
@@ -36,5 +34,9 @@ def _on_kornia_imported(module: Any) -> None:
 def run_when_kornia_is_imported(run: Run) -> None:
     """Register the hook that runs ``run`` on the deferred selection (once per process)."""
     if not _run:
+        # wrapt only here: it is a third of the package's import time, and only an apply() that
+        # comes before ``import kornia`` needs its post-import hooks.
+        import wrapt
+
         _run.append(run)
         wrapt.register_post_import_hook(_on_kornia_imported, "kornia")

@@ -67,12 +67,12 @@ def test_apply_twice_is_apply_once():
 @needs_old_kornia
 def test_each_target_is_resolved_once_per_apply(monkeypatch):
     """The gate resolves a fix's targets; building and installing use what it found."""
-    import wrapt
+    from kornia_halfpatch import _engine
 
     resolved = []
-    real = wrapt.resolve_path
+    real = _engine.resolve_path
     with testing.isolated(()):
-        monkeypatch.setattr(wrapt, "resolve_path", lambda module, path: resolved.append(f"{getattr(module, '__name__', module)}:{path}") or real(module, path))
+        monkeypatch.setattr(_engine, "resolve_path", lambda module, path: resolved.append(f"{getattr(module, '__name__', module)}:{path}") or real(module, path))
         report = kornia_halfpatch.apply(only=["utils_grids", "warp_geometry"])
         monkeypatch.undo()
     assert resolved and len(resolved) == len(set(resolved)), sorted(resolved)

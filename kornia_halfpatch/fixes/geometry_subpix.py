@@ -33,8 +33,8 @@ import inspect
 from typing import Any, Sequence, Tuple
 
 import torch
-import wrapt
 
+from .._functions import resolve_path
 from .._model import Finding, Fix, Promote, Verdict, bug_present, not_needed
 
 SOLVER_PATH = "kornia.geometry.subpix.spatial_soft_argmax:_solve_cramer_sym3x3"
@@ -113,7 +113,7 @@ def probe(originals: Sequence[Any]) -> Finding:
 def explain_absence() -> Finding:
     """kornia 0.7.0-0.8.2 have no Cramer helper; say why that is fine, or why it is not."""
     module_name, _, attribute = REFINEMENT_PATH.partition(":")
-    _, _, refine = wrapt.resolve_path(module_name, attribute)
+    _, _, refine = resolve_path(module_name, attribute)
     # The check is about the solve; the refinement around it pads and convolves in float16,
     # which torch before 2.2 has no CPU kernels for (replication_pad3d): refinement_backward_is_finite
     # runs those widened, so that the check runs on every torch.
