@@ -507,6 +507,12 @@ def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Opti
         _apply_pass(selection, off, options)
 
 
+def _probe_state() -> Any:
+    from ._isolation import probe_state
+
+    return probe_state()
+
+
 def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
     kornia_version = environment.kornia_version()
     notes: List[str] = []
@@ -514,16 +520,18 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
     index = state.shared_index() if state.shared_index() is not None else BindingIndex()
     # First every selected fix is gated, probed and built, patching nothing...
     evaluated: List[_Evaluated] = []
-    for fix in fixes:
-        given = {key: value for key, value in (options or {}).items() if key in fix.options}
-        if state.is_installed(fix.name):
-            if not given or fix.name not in selection or given == state.options_of(fix.name):
+    # One probe state for every fix's evaluation (each _evaluate's own is then a seeded stream).
+    with _probe_state():
+        for fix in fixes:
+            given = {key: value for key, value in (options or {}).items() if key in fix.options}
+            if state.is_installed(fix.name):
+                if not given or fix.name not in selection or given == state.options_of(fix.name):
+                    continue
+                _uninstall(fix.name)  # asked for with other options: reinstall with those
+            if fix.name not in selection:
+                state.set_status_if_unknown(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
                 continue
-            _uninstall(fix.name)  # asked for with other options: reinstall with those
-        if fix.name not in selection:
-            state.set_status_if_unknown(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
-            continue
-        evaluated.append(_evaluate(fix, given, kornia_version, notes))
+            evaluated.append(_evaluate(fix, given, kornia_version, notes))
     # Every original this apply() rebinds, known before the index's one scan (the first lookup,
     # in the first install): only the targets that go in, not those their gates left out.
     for item in evaluated:
