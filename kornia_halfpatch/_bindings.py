@@ -58,6 +58,7 @@ class BindingIndex:
         # sizes of all of them at C speed (map(len)), and looks one by one only if one changed.
         self._items: List[Tuple[str, Any, Dict[str, Any]]] = []
         self._sizes: List[int] = []
+        self._namespaces: List[Dict[str, Any]] = []  # those of _items, in order: their sizes at C speed
         self._positions: Dict[int, int] = {}  # id(namespace) -> its place in _items
         self._modules_seen: Any = None  # sys.modules' size and newest entry at the last scan
         for obj in wanted:
@@ -150,7 +151,8 @@ class BindingIndex:
         if self._related is not None:
             self._scanned = {id(namespace): (namespace, len(namespace)) for _, _, namespace in items}
             self._items = items
-            self._sizes = [len(namespace) for _, _, namespace in items]
+            self._namespaces = [namespace for _, _, namespace in items]
+            self._sizes = list(map(len, self._namespaces))
             self._positions = {id(namespace): position for position, (_, _, namespace) in enumerate(items)}
             self._modules_seen = modules_now()
         return found
@@ -172,6 +174,7 @@ class BindingIndex:
                 if position is None:
                     self._positions[id(item[2])] = len(self._items)
                     self._items.append(item)
+                    self._namespaces.append(item[2])
                     self._sizes.append(len(item[2]))
                 else:
                     self._sizes[position] = len(item[2])
@@ -187,7 +190,7 @@ class BindingIndex:
         if modules_now() != self._modules_seen:
             self._modules_seen = modules_now()
             self._scan_changed([item for item in module_items() if id(item[2]) not in self._scanned])
-        sizes = list(map(len, (namespace for _, _, namespace in self._items)))
+        sizes = list(map(len, self._namespaces))
         if sizes != self._sizes:
             grown = [item for item, now, then in zip(self._items, sizes, self._sizes) if now != then]
             self._scan(grown, self._found)

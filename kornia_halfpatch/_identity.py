@@ -71,8 +71,22 @@ def _adopt_signature(replacement: Any, function: Any) -> None:
         own = _parameters_shape(replacement)
     except (TypeError, ValueError):
         return
-    if own == [(p.name, p.kind, p.default) for p in signature.parameters.values()]:
+    if own == _signature_shape(signature):
         replacement.__signature__ = signature
+
+
+# id(signature) -> (the signature, its parameters' (name, kind, default)): every apply() compares
+# each hand-written replacement with its original's signature again (70 in an isolated() cycle).
+_signature_shapes: Dict[int, Tuple[inspect.Signature, List[Tuple[str, Any, Any]]]] = {}
+
+
+def _signature_shape(signature: inspect.Signature) -> List[Tuple[str, Any, Any]]:
+    known = _signature_shapes.get(id(signature))
+    if known is not None and known[0] is signature:
+        return known[1]
+    shape = [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+    _signature_shapes[id(signature)] = (signature, shape)
+    return shape
 
 
 # A replacement's code object -> (its defaults, its keyword defaults, (name, kind, default) of its
