@@ -524,6 +524,33 @@ def build_rgb_to_hls(original: Any) -> Any:
     return rgb_to_hls
 
 
+def _ms_ssim_masks_as_built(masks: torch.Tensor) -> torch.Tensor:
+    """The float32 Gaussian masks of a MS_SSIMLoss converted to half. The module keeps no sigmas,
+    so the default ones (0.5, 1, 2, 4, 8: 15 masks of 33x33) are rebuilt with the releases' own
+    arithmetic (``_fspecial_gauss_2d``, the same in 0.7.0-0.8.3) and taken when they narrow to
+    exactly the module's half masks: then the half loss and gradient are the float32 module's
+    narrowed once, as kornia 0.9.0's. Other masks (custom sigmas, edited buffers) are widened and
+    renormalised to sum 1, as built (the gradient within 1.1 half ulps of the float32 module's).
+    A module-level function of torch alone: the scripted forward compiles it by name."""
+    sigmas = [0.5, 1.0, 2.0, 4.0, 8.0]
+    size = int(4 * sigmas[-1] + 1)
+    if masks.dim() == 4 and masks.shape[0] == 3 * len(sigmas) and masks.shape[1] == 1 \
+            and masks.shape[2] == size and masks.shape[3] == size:
+        built = torch.zeros((3 * len(sigmas), 1, size, size), device=masks.device)
+        for idx, sigma in enumerate(sigmas):
+            coords = torch.arange(size, device=masks.device)
+            coords -= size // 2
+            gaussian = torch.exp(-(coords**2) / (2 * sigma**2))
+            gaussian /= gaussian.sum()
+            kernel = torch.outer(gaussian.reshape(-1), gaussian.reshape(-1))
+            for channel in range(3):
+                built[3 * idx + channel, 0, :, :] = kernel
+        if bool((built.to(masks.dtype) == masks).all()):
+            return built
+    widened = masks.float()
+    return widened / widened.sum(dim=[1, 2, 3], keepdim=True)
+
+
 def build_ms_ssim_forward(original: Any) -> Any:
     def forward(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():
@@ -546,9 +573,10 @@ def build_ms_ssim_forward(original: Any) -> Any:
                 # A module converted to half holds its Gaussian masks rounded: each sum moves off 1
                 # by up to 2.4e-3 (bfloat16), and with a kernel of sum s the variance is
                 # s sigma^2 + s (1 - s) mu^2, whose second term (mu^2 ~ 0.25) is as large as the
-                # variances: the widened masks are renormalised to sum 1, as built.
-                g_masks = g_masks.float()
-                g_masks = g_masks / g_masks.sum(dim=[1, 2, 3], keepdim=True)
+                # variances. kornia 0.9.0's converted module computes with the masks as built
+                # (its gradient is the float32 module's narrowed, within 0.52 half ulps): the
+                # masks as built in float32 (see _ms_ssim_masks_as_built).
+                g_masks = _ms_ssim_masks_as_built(g_masks)
         CH: int = img1.shape[-3]
         mux = F.conv2d(img1, g_masks, groups=CH, padding=self.pad)
         muy = F.conv2d(img2, g_masks, groups=CH, padding=self.pad)
