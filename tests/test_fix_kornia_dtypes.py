@@ -469,6 +469,22 @@ def test_sift_pipeline_traced_is_the_eager_pipeline(dtype):
     assert all(bitwise_equal(g, e) for g, e in zip(got_full[0] + (got_full[1],), expected[0] + (expected[1],)))
 
 
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
+def test_laf_orienter_with_a_half_angle_network_keeps_the_release_path(dtype):
+    """LAFOrienter with OriNet converted to half (KeyNetAffNetHardNet converted): the row would
+    meet the half weights with a float32 patch (the shim raised 'Input type (torch.FloatTensor)
+    and weight type (torch.HalfTensor)' where the release runs); it keeps the release's path."""
+    K = _kornia()
+    torch.manual_seed(5)
+    orienter = K.feature.LAFOrienter(32, angle_detector=K.feature.OriNet(False)).eval().to(dtype)
+    _, lafs, image = inputs.laf_orienter_call(dtype)
+    with testing.isolated():
+        got = orienter(lafs, image)
+        with kornia_halfpatch.unpatched(["kornia_dtypes"]):
+            expected = orienter(lafs, image)
+    assert got.dtype == dtype and bitwise_equal(got, expected)
+
+
 def test_only_sift_pipelines_holding_no_half_are_promoted():
     """The row's guard: SIFTFeature/SIFTFeatureScaleSpace as built; not converted to half (their
     half buffers would meet the widened image), not the pipelines with networks (a half image

@@ -85,6 +85,19 @@ def is_sift_pipeline_holding_no_half(module: Any) -> bool:
     return isinstance(module, classes) and holds_no_half(module)
 
 
+def holds_no_half_parameters(module: Any) -> bool:
+    """A module with no float16/bfloat16 parameter (learned weights). Half buffers (a converted
+    LAFOrienter's Gaussian weighting) meet a float32 patch as the release's float32 call meets its
+    own buffers; a network converted to half (KeyNetAffNetHardNet's OriNet) would meet the widened
+    patch with half weights: a dtype error where the release's half call runs."""
+    if not isinstance(module, torch.nn.Module):
+        return False
+    for tensor in module.parameters():
+        if _is_half(tensor.dtype):
+            return False
+    return True
+
+
 SAMPSON = "kornia.geometry.epipolar._metrics:sampson_epipolar_distance"
 
 
@@ -191,7 +204,10 @@ ROWS = (
     # (float16; 28-41 bfloat16) for LAFOrienter, 287 (54) for get_laf_descriptors with SIFT;
     # unpatched, float16 NaN in both.
     _row("kornia.feature.orientation:LAFOrienter.forward",
-         f"{LOCAL_FEATURE}: patches, the dominant orientation and the rotated LAF in float32, narrowed once"),
+         f"{LOCAL_FEATURE}: patches, the dominant orientation and the rotated LAF in float32, narrowed once (an "
+         "orienter whose angle network is converted to half keeps the release's half path: its weights would "
+         "meet a float32 patch)",
+         guard=f"{__name__}:holds_no_half_parameters", guard_arguments=("self",)),
     _row("kornia.feature.integrated:get_laf_descriptors",
          f"{LOCAL_FEATURE}: patches and descriptors in float32, narrowed once (a descriptor module converted to "
          "half keeps the release's half path: its weights would meet a float32 patch; LAFDescriptor and the "
