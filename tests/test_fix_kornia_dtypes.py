@@ -816,6 +816,21 @@ def test_ms_ssim_full_precision_and_script_are_the_release():
                                  converted(first.to(dtype), second.to(dtype)))
 
 
+@pytest.mark.slow
+def test_ms_ssim_converted_module_compiles_with_fullgraph():
+    """torch.compile(fullgraph=True) of a converted module (the release's float32 module compiles):
+    the masks-as-built choice is a tensor select, not a data-dependent branch; backend="eager"
+    checks dynamo's capture, the values bitwise the eager half path."""
+    K = _kornia()
+    _, first, second = inputs.ms_ssim_call(torch.float32)
+    with testing.isolated(only=["kornia_dtypes"]):
+        for dtype in HALF_DTYPES:
+            converted = K.losses.MS_SSIMLoss().to(dtype)
+            torch._dynamo.reset()
+            compiled = torch.compile(converted, fullgraph=True, backend="eager")
+            assert bitwise_equal(compiled(first.to(dtype), second.to(dtype)), converted(first.to(dtype), second.to(dtype)))
+
+
 def _psnr_value_and_gradient(first, second, max_val):
     leaf = first.clone().requires_grad_(True)
     value = _kornia().metrics.psnr(leaf, second, max_val)

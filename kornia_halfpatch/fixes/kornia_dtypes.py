@@ -550,6 +550,8 @@ def _ms_ssim_masks_as_built(masks: torch.Tensor) -> torch.Tensor:
     A module-level function of torch alone: the scripted forward compiles it by name."""
     sigmas = [0.5, 1.0, 2.0, 4.0, 8.0]
     size = int(4 * sigmas[-1] + 1)
+    widened = masks.float()
+    renormalised = widened / widened.sum(dim=[1, 2, 3], keepdim=True)
     if masks.dim() == 4 and masks.shape[0] == 3 * len(sigmas) and masks.shape[1] == 1 \
             and masks.shape[2] == size and masks.shape[3] == size:
         built = torch.zeros((3 * len(sigmas), 1, size, size), device=masks.device)
@@ -561,10 +563,10 @@ def _ms_ssim_masks_as_built(masks: torch.Tensor) -> torch.Tensor:
             kernel = torch.outer(gaussian.reshape(-1), gaussian.reshape(-1))
             for channel in range(3):
                 built[3 * idx + channel, 0, :, :] = kernel
-        if bool((built.to(masks.dtype) == masks).all()):
-            return built
-    widened = masks.float()
-    return widened / widened.sum(dim=[1, 2, 3], keepdim=True)
+        # A tensor select, not a Python branch on the comparison: torch.compile(fullgraph=True)
+        # traces it without a data-dependent break.
+        return torch.where((built.to(masks.dtype) == masks).all(), built, renormalised)
+    return renormalised
 
 
 def build_ms_ssim_forward(original: Any) -> Any:
