@@ -998,6 +998,15 @@ def laf_descriptors_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return _in(dtype, image, lafs) + (SIFTDescriptor(32), 32)
 
 
+def local_feature_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(SIFTFeature(num_features=4) as built, in float32, a (1, 1, 48, 48) textured image):
+    detection, orientation and SIFT description, the whole pipeline promoted."""
+    from kornia.feature import SIFTFeature
+
+    image, _ = _local_feature_image_and_lafs()
+    return (SIFTFeature(num_features=4),) + _in(dtype, image)
+
+
 # --------------------------------------------------------------------------------------------
 # Every target's example, by label
 
@@ -1140,6 +1149,7 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "distort_points": distortion_call,
     "LAFOrienter.forward": laf_orienter_call,
     "get_laf_descriptors": laf_descriptors_call,
+    "LocalFeature.forward": local_feature_call,
     "left_to_right_epipolar_distance": closest_point_call,
     "right_to_left_epipolar_distance": closest_point_call,
     "projections_from_fundamental": square_matrices,

@@ -69,6 +69,35 @@ def holds_no_half(module: Any) -> bool:
     return True
 
 
+# The LocalFeature pipelines promoted whole: no learned weights. The ones with networks
+# (GFTTAffNetHardNet, HesAffNetHardNet, KeyNetHardNet, KeyNetAffNetHardNet) meet a half image
+# only converted to half, where their networks' half error is the user's choice (as HyNet's):
+# measured in docs/training.md, left to the release.
+SIFT_PIPELINES = ("SIFTFeature", "SIFTFeatureScaleSpace")
+
+
+def is_sift_pipeline_holding_no_half(module: Any) -> bool:
+    """``module`` is one of kornia's SIFT pipelines (or a subclass) and holds no half tensor
+    (a module converted to half would meet the widened image with half buffers)."""
+    import kornia.feature.integrated as integrated
+
+    classes = tuple(getattr(integrated, name) for name in SIFT_PIPELINES if hasattr(integrated, name))
+    return isinstance(module, classes) and holds_no_half(module)
+
+
+def holds_no_half_parameters(module: Any) -> bool:
+    """A module with no float16/bfloat16 parameter (learned weights). Half buffers (a converted
+    LAFOrienter's Gaussian weighting) meet a float32 patch as the release's float32 call meets its
+    own buffers; a network converted to half (KeyNetAffNetHardNet's OriNet) would meet the widened
+    patch with half weights: a dtype error where the release's half call runs."""
+    if not isinstance(module, torch.nn.Module):
+        return False
+    for tensor in module.parameters():
+        if _is_half(tensor.dtype):
+            return False
+    return True
+
+
 SAMPSON = "kornia.geometry.epipolar._metrics:sampson_epipolar_distance"
 
 
@@ -173,14 +202,32 @@ ROWS = (
     # moves by a bin when a gradient rounds, LAFs rotated and scaled in half. Measured on a 64x64
     # random image, kornia 0.8.2 with the shim's other rows: image and LAF gradients 85 ulps off
     # (float16; 28-41 bfloat16) for LAFOrienter, 287 (54) for get_laf_descriptors with SIFT;
-    # unpatched, float16 NaN in both. (SIFTFeature keeps 0.9.0's half detection: docs/training.md.)
+    # unpatched, float16 NaN in both.
     _row("kornia.feature.orientation:LAFOrienter.forward",
-         f"{LOCAL_FEATURE}: patches, the dominant orientation and the rotated LAF in float32, narrowed once"),
+         f"{LOCAL_FEATURE}: patches, the dominant orientation and the rotated LAF in float32, narrowed once (an "
+         "orienter whose angle network is converted to half keeps the release's half path: its weights would "
+         "meet a float32 patch)",
+         guard=f"{__name__}:holds_no_half_parameters", guard_arguments=("self",)),
     _row("kornia.feature.integrated:get_laf_descriptors",
          f"{LOCAL_FEATURE}: patches and descriptors in float32, narrowed once (a descriptor module converted to "
          "half keeps the release's half path: its weights would meet a float32 patch; LAFDescriptor and the "
          "LocalFeature pipelines call it)",
          guard=f"{__name__}:holds_no_half", guard_arguments=("patch_descriptor",)),
+    # The SIFT pipelines whole (detector, orientation, descriptor; no learned weights). kornia
+    # 0.9.0's own half run is far from its float32 run on the same (widened) image: on a 64x64
+    # textured image, 8 features, its float16 image gradient is NaN in 3,847 of 4,096 entries
+    # (SIFTFeatureScaleSpace: all 4,096), bfloat16 256 (346) ulps off at the gradient's scale,
+    # and its half keypoints themselves move (a LAF centre 29-46 px away: another keypoint;
+    # descriptors 0.10-0.16 off). So the target is the release's float32 forward on the widened
+    # image, narrowed once; row by row the detector's half response alone still left the image
+    # gradient 920 (float16) / 96 (bfloat16) ulps off on 0.8.2.
+    _row("kornia.feature.integrated:LocalFeature.forward",
+         f"{LOCAL_FEATURE}; the detector's half response moves keypoints and NaNs the image gradient (0.9.0 too): "
+         "SIFTFeature and SIFTFeatureScaleSpace detect, orient and describe in float32, LAFs kept in float32 as "
+         "0.9.0 returns them, responses and descriptors narrowed once (the pipelines with networks, and any "
+         "module holding half tensors, keep the release's path)",
+         outputs=("float32", "narrow", "narrow"),
+         guard=f"{__name__}:is_sift_pipeline_holding_no_half", guard_arguments=("self",)),
     _row("kornia.feature.affine_shape:PatchAffineShapeEstimator.forward",
          "the second-moment matrix of weighted gradients overflows/cancels in half: all NaN; in float32"),
     _row("kornia.feature.orientation:PatchDominantGradientOrientation.forward",
@@ -493,6 +540,35 @@ def build_rgb_to_hls(original: Any) -> Any:
     return rgb_to_hls
 
 
+def _ms_ssim_masks_as_built(masks: torch.Tensor) -> torch.Tensor:
+    """The float32 Gaussian masks of a MS_SSIMLoss converted to half. The module keeps no sigmas,
+    so the default ones (0.5, 1, 2, 4, 8: 15 masks of 33x33) are rebuilt with the releases' own
+    arithmetic (``_fspecial_gauss_2d``, the same in 0.7.0-0.8.3) and taken when they narrow to
+    exactly the module's half masks: then the half loss and gradient are the float32 module's
+    narrowed once, as kornia 0.9.0's. Other masks (custom sigmas, edited buffers) are widened and
+    renormalised to sum 1, as built (the gradient within 1.1 half ulps of the float32 module's).
+    A module-level function of torch alone: the scripted forward compiles it by name."""
+    sigmas = [0.5, 1.0, 2.0, 4.0, 8.0]
+    size = int(4 * sigmas[-1] + 1)
+    widened = masks.float()
+    renormalised = widened / widened.sum(dim=[1, 2, 3], keepdim=True)
+    if masks.dim() == 4 and masks.shape[0] == 3 * len(sigmas) and masks.shape[1] == 1 \
+            and masks.shape[2] == size and masks.shape[3] == size:
+        built = torch.zeros((3 * len(sigmas), 1, size, size), device=masks.device)
+        for idx, sigma in enumerate(sigmas):
+            coords = torch.arange(size, device=masks.device)
+            coords -= size // 2
+            gaussian = torch.exp(-(coords**2) / (2 * sigma**2))
+            gaussian /= gaussian.sum()
+            kernel = torch.outer(gaussian.reshape(-1), gaussian.reshape(-1))
+            for channel in range(3):
+                built[3 * idx + channel, 0, :, :] = kernel
+        # A tensor select, not a Python branch on the comparison: torch.compile(fullgraph=True)
+        # traces it without a data-dependent break.
+        return torch.where((built.to(masks.dtype) == masks).all(), built, renormalised)
+    return renormalised
+
+
 def build_ms_ssim_forward(original: Any) -> Any:
     def forward(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():
@@ -515,9 +591,10 @@ def build_ms_ssim_forward(original: Any) -> Any:
                 # A module converted to half holds its Gaussian masks rounded: each sum moves off 1
                 # by up to 2.4e-3 (bfloat16), and with a kernel of sum s the variance is
                 # s sigma^2 + s (1 - s) mu^2, whose second term (mu^2 ~ 0.25) is as large as the
-                # variances: the widened masks are renormalised to sum 1, as built.
-                g_masks = g_masks.float()
-                g_masks = g_masks / g_masks.sum(dim=[1, 2, 3], keepdim=True)
+                # variances. kornia 0.9.0's converted module computes with the masks as built
+                # (its gradient is the float32 module's narrowed, within 0.52 half ulps): the
+                # masks as built in float32 (see _ms_ssim_masks_as_built).
+                g_masks = _ms_ssim_masks_as_built(g_masks)
         CH: int = img1.shape[-3]
         mux = F.conv2d(img1, g_masks, groups=CH, padding=self.pad)
         muy = F.conv2d(img2, g_masks, groups=CH, padding=self.pad)
