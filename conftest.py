@@ -16,7 +16,8 @@ os.environ["KORNIA_HALFPATCH_CACHE"] = "0"
 
 # cpu_half's mode is pinned for this project's tests: "auto" picks float32 on CPUs without float16
 # arithmetic (most CI runners) and native here (avx512_fp16), and the other fixes' half-precision
-# oracles (feature_descriptors's network in float16, kornia 0.9.0's outputs) assume native float16.
+# oracles (feature_descriptors's network in float16, kornia 0.9.0's outputs) assume native float16
+# and bfloat16.
 # Subprocesses inherit the variable; the plugin applied before this file ran, so it is re-applied.
 # tests/test_fix_networks_cpu_half.py asks for its modes explicitly (apply()'s option beats the variable).
 
@@ -34,7 +35,14 @@ def _torch_has_half_cpu_convolution():
 
 
 if "KORNIA_HALFPATCH_CPU_HALF" not in os.environ:
-    os.environ["KORNIA_HALFPATCH_CPU_HALF"] = "native" if _torch_has_half_cpu_convolution() else "float32"
+    if _torch_has_half_cpu_convolution():
+        os.environ["KORNIA_HALFPATCH_CPU_HALF"] = "native"
+    else:
+        # float32 for float16 only: bfloat16 convolutions exist there and run natively, as the
+        # bfloat16 oracles assume (auto, told float16 has no arithmetic and bfloat16 has).
+        os.environ["KORNIA_HALFPATCH_CPU_HALF"] = "auto"
+        os.environ["KORNIA_HALFPATCH_CPU_NATIVE_HALF"] = "0"
+        os.environ["KORNIA_HALFPATCH_CPU_NATIVE_BFLOAT16"] = "1"
     try:
         import kornia_halfpatch as _shim
 

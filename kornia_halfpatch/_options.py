@@ -83,13 +83,17 @@ GRID_SAMPLE_EVERYWHERE = Option(
     BOOLEAN, False, keyword=True, fix="warp_sampling",
 )
 CPU_HALF = Option(
-    "cpu_half", "how kornia's learned modules compute float16 on CPU: by the CPU's capabilities (auto), or forced",
+    "cpu_half", "how kornia's learned modules compute float16 and bfloat16 on CPU: by the CPU's capabilities (auto), or forced",
     CHOICE, "auto", ("auto", "native", "float32"),
     variable="KORNIA_HALFPATCH_CPU_HALF", keyword=True, fix="networks_cpu_half", bad_variable=WARN,
 )
 CPU_NATIVE_HALF = Option(
     "cpu_native_half", "what cpu_half=auto believes: 1 = this CPU has float16 arithmetic, 0 = it has not",
     SWITCH, variable="KORNIA_HALFPATCH_CPU_NATIVE_HALF", fix="networks_cpu_half",
+)
+CPU_NATIVE_BFLOAT16 = Option(
+    "cpu_native_bfloat16", "what cpu_half=auto believes for bfloat16: 1 = this CPU has bfloat16 arithmetic, 0 = it has not",
+    SWITCH, variable="KORNIA_HALFPATCH_CPU_NATIVE_BFLOAT16", fix="networks_cpu_half",
 )
 FILTERS_CONV_HANG = Option(
     "filters_conv_hang", "the float16 depthwise conv2d hang workaround: by the CPU's avx512_fp16 (auto), or forced",
@@ -111,7 +115,7 @@ CACHE_DIR = Option(
 
 OPTIONS: Tuple[Option, ...] = (
     DISABLE, FIXES, EXCLUDE, AUTO, CACHE, CACHE_DIR,
-    GRID_SAMPLE_WORKAROUND, GRID_SAMPLE_EVERYWHERE, CPU_HALF, CPU_NATIVE_HALF, FILTERS_CONV_HANG, CPU_AVX512_FP16,
+    GRID_SAMPLE_WORKAROUND, GRID_SAMPLE_EVERYWHERE, CPU_HALF, CPU_NATIVE_HALF, CPU_NATIVE_BFLOAT16, FILTERS_CONV_HANG, CPU_AVX512_FP16,
 )
 
 
