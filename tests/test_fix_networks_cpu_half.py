@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import importlib
 import inspect
+import math
 import pickle
 import pkgutil
 import platform
@@ -350,7 +351,8 @@ def _gradient_errors(module, x, dtype):
     pairs = [(n, p.grad, q.grad) for (n, p), (_, q) in zip(module.named_parameters(), wide.named_parameters())]
     for name, got, wide_grad in pairs + [("input", x_half.grad, x_wide.grad)]:
         assert got is not None and got.dtype == dtype, name
-        ulp = 2.0 ** (torch.floor(torch.log2(wide_grad.abs().max())).item() - digits)
+        scale = wide_grad.abs().max().item()
+        ulp = 2.0 ** (math.floor(math.log2(scale)) - digits) if scale > 0 else 0.0
         rows.append((name, got, wide_grad.to(dtype), ulp))
     return rows
 
@@ -363,7 +365,7 @@ GRADIENT_CASES = {
 }
 
 
-@pytest.mark.slow  # the native bfloat16 backward: about 10 s for HardNet8 on an AVX2 CPU
+@pytest.mark.slow  # the native bfloat16 backward on a CPU without bfloat16 arithmetic: 3-220 s for HardNet8 (AVX2, loaded)
 @pytest.mark.parametrize("name", list(GRADIENT_CASES))
 def test_bfloat16_weight_and_input_gradients_are_the_float32_gradient_narrowed(name):
     base = GRADIENT_CASES[name]()
@@ -379,7 +381,8 @@ def test_bfloat16_weight_and_input_gradients_are_the_float32_gradient_narrowed(n
         # within a few ulps at the gradient's scale: in fact the float32 gradient narrowed, bitwise
         assert (got.float() - expected.float()).abs().max().item() <= 2 * ulp, name_
         assert bitwise_equal(got, expected), name_
-        worst_native = max(worst_native, (got_native.float() - expected.float()).abs().max().item() / ulp)
+        if ulp > 0:  # a tensor the projection leaves without gradient (all 0) has no scale
+            worst_native = max(worst_native, (got_native.float() - expected.float()).abs().max().item() / ulp)
     assert worst_native > 2, "native bfloat16 is expected far from the float32 gradient"
 
 
