@@ -83,6 +83,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkout", help="kornia source checkout at the installed release's tag")
     parser.add_argument("--no-shim", action="store_true", help="replay without the shim")
+    parser.add_argument("--only-class", action="append", help="replay only this test class (repeatable)")
     args = parser.parse_args()
     if not args.no_shim:
         import kornia_halfpatch
@@ -92,7 +93,14 @@ def main() -> int:
     counts: collections.Counter = collections.Counter()
     try:
         for file_name, class_name in CLASSES:
-            path = Path(args.checkout) / "tests" / "augmentation" / file_name
+            # kornia 0.7.0's tests live in test/, later releases' in tests/.
+            path = next(
+                (Path(args.checkout) / top / "augmentation" / file_name for top in ("tests", "test")
+                 if (Path(args.checkout) / top / "augmentation" / file_name).exists()),
+                Path(args.checkout) / "tests" / "augmentation" / file_name,
+            )
+            if args.only_class and class_name not in args.only_class:
+                continue
             klass = getattr(_load(path), class_name, None) if path.exists() else None
             if klass is None or not hasattr(klass, "test_param"):
                 continue

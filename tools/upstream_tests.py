@@ -81,6 +81,25 @@ def shim_path() -> Path:
     return path
 
 
+def _test_package_path(checkout: Path) -> list:
+    """kornia 0.7.0 keeps its tests in a package named ``test``, which the standard library's own
+    ``test`` package shadows under ``--import-mode=append`` ("No module named 'test.geometry'":
+    every geometry test failed to import): a directory holding only a link named ``test`` to the
+    checkout's, put before the standard library."""
+    package = checkout / "test"
+    if not (package / "__init__.py").exists():
+        return []
+    digest = hashlib.sha256(str(checkout.resolve()).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"kornia_halfpatch_testpackage_{os.getuid()}_{digest}"
+    path.mkdir(exist_ok=True)
+    link = path / "test"
+    if not link.is_symlink() or link.resolve() != package.resolve():
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(package.resolve())
+    return [str(path)]
+
+
 def _read(path: Path) -> list:
     if not path.exists():
         return []
@@ -111,7 +130,9 @@ def record(checkout: Path, tests: list, out: Path, dtype: str, shim: bool = True
     """Run the tests once (resuming after crashes); return the recorded entries."""
     out = Path(out).resolve()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(shim_path()), str(TOOLS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(shim_path()), str(TOOLS)] + _test_package_path(Path(checkout)) + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
     env["UPSTREAM_RECORD"] = str(out)
     env.setdefault("OMP_NUM_THREADS", "1")
     if only_ids is not None:
