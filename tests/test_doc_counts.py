@@ -45,6 +45,7 @@ def test_stated_table_sizes_are_the_registrys():
     dtypes = FIXES["kornia_dtypes"]
     promote_rows = stated("docs/fixes/kornia_dtypes.md", r"\*\*Promote rows\*\* \((\d+)\)")
     assert int(promote_rows) == sum(type(target.row) is _model.Promote for target in dtypes.targets)
+    assert stated("docs/fixes/README.md", r"\| (\d+) promoted functions") == promote_rows
 
     warps = FIXES["warp_geometry"]
     total, rows, hand_written = stated("docs/fixes/warp_geometry.md", r"targets \(of (\d+): (\d+) rows, (\d+) hand-written\)")
