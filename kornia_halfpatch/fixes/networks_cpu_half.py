@@ -175,17 +175,22 @@ def _capabilities() -> Dict[str, Any]:
     return cpu_capabilities()
 
 
-def _aarch64_has_fp16_arithmetic() -> bool:
-    if platform.system() == "Darwin":
-        return True  # every Apple silicon core implements FEAT_FP16
+def _aarch64_cpuinfo_features() -> List[str]:
+    """The words of the first "Features" line of Linux's /proc/cpuinfo (aarch64), or none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
             for line in cpuinfo:
                 if line.lower().startswith("features"):
-                    return "asimdhp" in line.split()
+                    return line.split()
     except OSError:
         pass
-    return False
+    return []
+
+
+def _aarch64_has_fp16_arithmetic() -> bool:
+    if platform.system() == "Darwin":
+        return True  # every Apple silicon core implements FEAT_FP16
+    return "asimdhp" in _aarch64_cpuinfo_features()
 
 
 _half_cpu_convolution: List[bool] = []  # the answer, once known (the torch build is the process's)
@@ -235,14 +240,7 @@ def cpu_native_half() -> Tuple[bool, str]:
 def _aarch64_has_bf16_arithmetic() -> bool:
     if platform.system() == "Darwin":
         return _darwin_sysctl_flag("hw.optional.arm.FEAT_BF16")  # M2 and later; not M1
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                if line.lower().startswith("features"):
-                    return "bf16" in line.split()
-    except OSError:
-        pass
-    return False
+    return "bf16" in _aarch64_cpuinfo_features()
 
 
 def _darwin_sysctl_flag(name: str) -> bool:
