@@ -51,3 +51,18 @@ if "KORNIA_HALFPATCH_CPU_HALF" not in os.environ:
             _shim.apply(only=["networks_cpu_half"])
     except Exception:  # noqa: BLE001 - a broken shim is reported by the tests themselves
         pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """The quick run's xdist workers (pyproject.toml addopts) each keep torch's two OpenMP
+    threads, as the oracles' kernel conditions say: with two workers that is four threads on two
+    cores, and OpenMP's default spin-waiting at every parallel region's barrier burnt the cores
+    the other worker needed (measured on 2 cores: 428 s of CPU and no wall time saved against one
+    process's 274 s; passive waiting: 141 s wall). The workers inherit the variable, which
+    changes how threads wait, not which kernels run or how they split the work."""
+    if config.pluginmanager.getplugin("dsession") is not None:  # the xdist controller, before its workers start
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

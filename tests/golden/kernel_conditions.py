@@ -26,6 +26,9 @@ HERE = Path(__file__).resolve().parent
 
 # Environment variables that change which CPU kernels run (or how many threads split them).
 KERNEL_ENVIRONMENT_PREFIXES = ("ATEN_", "ONEDNN_", "DNNL_", "MKL_", "MKLDNN_", "OMP_", "KMP_", "OPENBLAS_", "GOTO")
+# How idle OpenMP threads wait (spin or sleep): neither which kernels run nor how they split work.
+# The quick run's xdist workers wait passively (conftest.py), and share the oracle's outputs.
+NOT_KERNEL_ENVIRONMENT = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
 def _cpu_identity() -> str:
@@ -53,7 +56,10 @@ def conditions() -> Dict[str, object]:
         "cpu": hashlib.sha256(_cpu_identity().encode()).hexdigest()[:16],
         "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
-        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(KERNEL_ENVIRONMENT_PREFIXES)},
+        "environment": {
+            k: v for k, v in sorted(os.environ.items())
+            if k.startswith(KERNEL_ENVIRONMENT_PREFIXES) and k not in NOT_KERNEL_ENVIRONMENT
+        },
     }
 
 
