@@ -464,12 +464,14 @@ def _mark_applied(status: FixStatus) -> None:
 def _install_evaluated(evaluated: _Evaluated, notes: List[str], index: BindingIndex) -> FixStatus:
     """Install one evaluated fix; a failing install is rolled back and reported, never raised."""
     fix, status = evaluated.fix, evaluated.status
+    evaluated_status = _status_before_install(status)
     try:
         stale = _install(fix, evaluated.resolved, status, index, evaluated.replacements)
         state.set_options(fix.name, evaluated.given)
     except Exception as exc:  # noqa: BLE001 - rolled back by _install; the other fixes stay
         return _failed(fix, exc, notes, "probe or install")
     _mark_applied(status)
+    _evaluations[fix.name] = (evaluated, evaluated_status)
     logger.info("%s applied to %s", fix.name, ", ".join(status.targets))
     for ref in stale:
         notes.append(
@@ -477,6 +479,46 @@ def _install_evaluated(evaluated: _Evaluated, notes: List[str], index: BindingIn
             f"function; import it after apply(), or through its kornia module"
         )
     return status
+
+
+# The evaluation each installed fix went in with, and its status as evaluated (installing fills
+# the status in): kornia_halfpatch.testing puts a snapshot's fixes back with these instead of
+# evaluating them again (configure, gate and build were a third of a testing.isolated() cycle).
+_evaluations: Dict[str, Tuple[_Evaluated, Tuple[Verdict, str, List[Tuple[str, Verdict, str]]]]] = {}
+
+
+def _status_before_install(status: FixStatus) -> Tuple[Verdict, str, List[Tuple[str, Verdict, str]]]:
+    return status.verdict, status.reason, [(t.target, t.verdict, t.reason) for t in status.target_statuses]
+
+
+def installed_evaluations(names: Iterable[str]) -> Dict[str, Any]:
+    """What ``apply_without_report(..., reuse=)`` takes to put the installed ``names`` back as they
+    went in (``kornia_halfpatch.testing``'s snapshots)."""
+    with lock:
+        return {name: _evaluations[name] for name in names if state.is_installed(name) and name in _evaluations}
+
+
+def _reused(fix: Fix, given: Dict[str, Any], kept: Any) -> Optional[_Evaluated]:
+    """The kept evaluation of ``fix``, if it was made with these options and every target it
+    installed still resolves to the same original (else None: evaluate again). Restoring a
+    snapshot puts back what was there: the gates' and probes' answers of then, not of now."""
+    evaluated, (verdict, reason, targets) = kept
+    if evaluated.fix is not fix or evaluated.given != given or evaluated.resolved is None:
+        return None
+    for target, found in zip(fix.targets, evaluated.resolved):
+        if found is None:
+            continue
+        now, _ = resolve(target)
+        if now is None or now[0] is not found[0] or now[1] != found[1] or now[2] is not found[2]:
+            return None
+    try:
+        if fix.configure is not None:
+            fix.configure(given)
+    except Exception:  # noqa: BLE001 - evaluated again, which reports it
+        return None
+    status = FixStatus(fix.name, verdict, reason)
+    status.target_statuses = [TargetStatus(*target) for target in targets]
+    return _Evaluated(fix, given, status, list(evaluated.resolved), list(evaluated.replacements))
 
 
 @contextlib.contextmanager
@@ -502,9 +544,11 @@ def _one_pass() -> Iterator[None]:
             sys.setswitchinterval(previous)
 
 
-def _apply_locked(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
+def _apply_locked(
+    selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None, reuse: Optional[Dict[str, Any]] = None
+) -> None:
     with kornia_scope.running_pass():
-        _apply_pass(selection, off, options)
+        _apply_pass(selection, off, options, reuse)
 
 
 def _probe_state() -> Any:
@@ -513,7 +557,9 @@ def _probe_state() -> Any:
     return probe_state()
 
 
-def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None) -> None:
+def _apply_pass(
+    selection: Tuple[str, ...], off: Dict[str, str], options: Optional[Dict[str, Any]] = None, reuse: Optional[Dict[str, Any]] = None
+) -> None:
     kornia_version = environment.kornia_version()
     notes: List[str] = []
     fixes = registry()
@@ -531,7 +577,8 @@ def _apply_pass(selection: Tuple[str, ...], off: Dict[str, str], options: Option
             if fix.name not in selection:
                 state.set_status_if_unknown(fix.name, FixStatus(fix.name, Verdict.OFF, off.get(fix.name, "not selected")))
                 continue
-            evaluated.append(_evaluate(fix, given, kornia_version, notes))
+            kept = _reused(fix, given, reuse[fix.name]) if reuse and fix.name in reuse else None
+            evaluated.append(kept if kept is not None else _evaluate(fix, given, kornia_version, notes))
     # Every original this apply() rebinds, known before the index's one scan (the first lookup,
     # in the first install): only the targets that go in, not those their gates left out.
     for item in evaluated:
@@ -575,9 +622,12 @@ def apply(only: Optional[Iterable[str]] = None, exclude: Optional[Iterable[str]]
 
 
 @outside_compiler
-def apply_without_report(only: Optional[Iterable[str]], exclude: Optional[Iterable[str]], options: Dict[str, Any]) -> None:
+def apply_without_report(
+    only: Optional[Iterable[str]], exclude: Optional[Iterable[str]], options: Dict[str, Any], reuse: Optional[Dict[str, Any]] = None
+) -> None:
     """``apply()`` but for its report (whose facts, ``Fix.describe``, may run probes of their own): for
-    callers that discard it, as kornia_halfpatch.testing's restore after every block."""
+    callers that discard it, as kornia_halfpatch.testing's restore after every block. ``reuse``:
+    ``installed_evaluations()`` of a snapshot, put back as they were evaluated then."""
     selection, off = select(only, exclude)
     check_options(options, selection)
     with lock:
@@ -596,7 +646,7 @@ def apply_without_report(only: Optional[Iterable[str]], exclude: Optional[Iterab
             state.defer(selection, options)
             run_when_kornia_is_imported(_apply_locked)
             return
-        _apply_locked(selection, off, options)
+        _apply_locked(selection, off, options, reuse)
 
 
 @outside_compiler
@@ -721,6 +771,8 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
         options: Dict[str, Any] = {}
         for name in removed:
             options.update(state.options_of(name) or {})
+        # Restored as they went in (their gates' and probes' answers of then), not evaluated again.
+        kept = installed_evaluations(removed)
         # One scan of the modules for the revert and the re-apply (BindingIndex.resume).
         with one_index() as index:
             revert(removed)
@@ -729,7 +781,7 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
     finally:
         if removed:
             with lock, one_index(resume=index):
-                apply_without_report(removed, None, options)  # nobody reads this report
+                apply_without_report(removed, None, options, reuse=kept)  # nobody reads this report
 
 
 def _report() -> Report:

@@ -23,11 +23,11 @@ from ._bindings import BindingIndex
 from ._model import Fix, FixStatus, Report, Target
 
 
-def _snapshot() -> Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]]:
+def _snapshot() -> Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus], Dict[str, Any]]:
     with state.lock:
         applied = _engine.applied_fixes()
         options = {name: dict(state.options_of(name) or {}) for name in applied}
-        return applied, options, state.statuses()
+        return applied, options, state.statuses(), _engine.installed_evaluations(applied)
 
 
 def _option_groups(
@@ -63,17 +63,18 @@ def _installed_originals() -> List[Any]:
 
 
 def _restore(
-    snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus]],
+    snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus], Dict[str, Any]],
     originals: Iterable[Any] = (),
     index: Optional[BindingIndex] = None,
 ) -> None:
-    applied, options, statuses = snapshot
+    applied, options, statuses, evaluations = snapshot
     # One scan of the modules for the revert and every apply (no user code runs between them),
     # or none: the scan of the block's start, brought up to date.
     with state.lock, _engine.one_index(originals, resume=index):
         _engine.revert()
         for names, given in _option_groups(applied, options):
-            _engine.apply_without_report(names, None, given)  # the report would be thrown away
+            # The report would be thrown away; each fix goes back in as it was evaluated then.
+            _engine.apply_without_report(names, None, given, reuse=evaluations)
         # What the earlier apply() found out about the fixes that are not installed (a narrow
         # apply(only=...) above would otherwise record them as "not selected").
         for name, status in statuses.items():

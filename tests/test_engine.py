@@ -589,7 +589,7 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
         real_apply = _engine.apply_without_report  # apply() without its report, which restoring discards
         monkeypatch.setattr(
             _engine, "apply_without_report",
-            lambda only, exclude, options: applies.append((only, options)) or real_apply(only, exclude, options),
+            lambda only, exclude, options, **reuse: applies.append((only, options)) or real_apply(only, exclude, options, **reuse),
         )
         configured.clear()
         with testing.preserved():
@@ -599,6 +599,57 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
         assert {name: _installed.options_of(name) for name in _engine.applied_fixes()} == {
             "first": {"shared": 1}, "second": {"own": 2}, "third": {"shared": 3}
         }
+
+
+def probed_fix(name, attribute, probed, needed):
+    """A fix on torch.nn.functional.<attribute> (kornia's calls only) whose probe is counted in
+    ``probed`` and answers ``needed()``."""
+
+    def probe(originals):
+        probed.append(name)
+        return _model.bug_present("stand-in") if needed() else _model.not_needed("stand-in")
+
+    def build(original):
+        def replacement(input: torch.Tensor) -> torch.Tensor:
+            return original(input)
+
+        return replacement
+
+    target = _model.Target((f"torch.nn.functional:{attribute}",), build, scope=_model.SCOPE_KORNIA)
+    return _model.Fix(name=name, targets=(target,), probe=probe, probe_cache=False)
+
+
+@needs_old_kornia
+def test_a_restore_puts_fixes_back_as_evaluated_and_apply_evaluates_again(monkeypatch):
+    probed, needed = [], [True]
+    fixes = [probed_fix("kept", "tanhshrink", probed, lambda: needed[0]), probed_fix("other", "softsign", probed, lambda: True)]
+    with testing.use_fixes(fixes):
+        kornia_halfpatch.apply()
+        assert probed == ["kept", "other"]
+        replacement = _installed.entries_of("kept")[0].replacement
+        status = kornia_halfpatch.status().fixes["kept"]
+        probed.clear()
+        with testing.isolated(only=["other"]):
+            assert _engine.applied_fixes() == ("other",)
+            needed[0] = False  # what a probe would answer now: a restore puts back what was there
+        assert probed == ["other"]  # the block's own apply() probed; the restore probed nothing
+        assert _engine.applied_fixes() == ("kept", "other")
+        assert _installed.entries_of("kept")[0].replacement is replacement
+        restored = kornia_halfpatch.status().fixes["kept"]
+        assert restored is not status and restored == status
+        # apply() after a revert asks the probe again, and now finds the bug gone.
+        kornia_halfpatch.revert(["kept"])
+        kornia_halfpatch.apply(only=["kept"])
+        assert probed == ["other", "kept"] and _engine.applied_fixes() == ("other",)
+        # A target rebound meanwhile (another original) is evaluated again, never reinstalled stale.
+        needed[0] = True
+        kornia_halfpatch.apply(only=["kept"])
+        probed.clear()
+        with testing.preserved():
+            kornia_halfpatch.revert(["kept"])
+            monkeypatch.setattr(torch.nn.functional, "tanhshrink", lambda input: input)
+        assert probed == ["kept"] and "kept" in _engine.applied_fixes()
+        assert _installed.entries_of("kept")[0].original is torch.nn.functional.tanhshrink
 
 
 # A kornia module that binds create_meshgrid by name in every release (no deprecation wrapper).
