@@ -314,29 +314,48 @@ def test_a_non_tensor_input_gets_the_originals_own_error(installed):
         assert got == expected, index
 
 
-@rows(among=EVERY_TARGET)
-def test_revert_puts_the_original_back_in_every_alias(installed):
-    original, replacement, target = installed
-    (parent, attribute, current, _), _ = _engine.resolve(target)
-    if inspect.isclass(parent):  # a method: the class holds it, for every instance
-        assert current is replacement
-        with kornia_halfpatch.unpatched():
-            # An inherited method (networks_cpu_half's per-class _call_impl) is deleted from the
-            # class again, so the class reaches the base's through its MRO.
-            assert _class_attribute(parent, attribute) is original
-        assert kornia_halfpatch.is_patched(parent.__dict__[attribute])  # re-applied after the block
-        return
-    def in_kornia():  # where kornia's modules bind (the replacement, the original): one scan for both
-        index = _bindings.BindingIndex([replacement, original])
-        return [sorted(n + "." + a for n, _, a in index.bindings_of(obj) if _bindings.is_kornia_module(n)) for obj in (replacement, original)]
+@pytest.mark.parametrize("fix_installed", sorted({fix.name for fix, _ in EVERY_TARGET}), indirect=True, scope="module")
+def test_revert_puts_the_original_back_in_every_alias(fix_installed):
+    """Every installed target of the fix (each used to be a test of its own, with an unpatched()
+    block and two module scans apiece): the replacement where the original was, and the
+    original back in every alias inside one unpatched() block."""
+    installed = [
+        (target, original, replacement)
+        for _, target, original, replacement in testing.installed_targets()
+        if any(target is listed for _, listed in EVERY_TARGET)
+    ]
+    if not installed:
+        pytest.skip(f"none of its targets is installed here: {fix_installed}")
+    methods, functions = [], []
+    for target, original, replacement in installed:
+        (parent, attribute, current, _), _ = _engine.resolve(target)
+        if inspect.isclass(parent):  # a method: the class holds it, for every instance
+            assert current is replacement, target.label
+            methods.append((target, parent, attribute, original))
+        else:
+            functions.append((target, original, replacement))
 
-    held, original_held = in_kornia()
-    assert held or target.scope != _model.SCOPE_EVERYWHERE
-    assert original_held == [] or target.scope == _model.SCOPE_KORNIA
+    def in_kornia():  # where kornia's modules bind each (replacement, original): one scan for all
+        index = _bindings.BindingIndex([obj for _, original, replacement in functions for obj in (replacement, original)])
+        return [
+            [sorted(n + "." + a for n, _, a in index.bindings_of(obj) if _bindings.is_kornia_module(n)) for obj in (replacement, original)]
+            for _, original, replacement in functions
+        ]
+
+    before = in_kornia()
+    for (target, _, _), (held, original_held) in zip(functions, before):
+        assert held or target.scope != _model.SCOPE_EVERYWHERE, target.label
+        assert original_held == [] or target.scope == _model.SCOPE_KORNIA, target.label
     with kornia_halfpatch.unpatched():
-        replacement_held, original_held = in_kornia()
-        assert replacement_held == []
-        assert set(held) <= set(original_held)
+        # An inherited method (networks_cpu_half's per-class _call_impl) is deleted from the
+        # class again, so the class reaches the base's through its MRO.
+        for target, parent, attribute, original in methods:
+            assert _class_attribute(parent, attribute) is original, target.label
+        for (target, _, _), (held, _), (replacement_held, original_held) in zip(functions, before, in_kornia()):
+            assert replacement_held == [], target.label
+            assert set(held) <= set(original_held), target.label
+    for target, parent, attribute, _ in methods:
+        assert kornia_halfpatch.is_patched(parent.__dict__[attribute]), target.label  # re-applied after the block
 
 
 def _class_attribute(cls, name):
