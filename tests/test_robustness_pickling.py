@@ -105,18 +105,23 @@ def kornia_scoped(replacement):
 def test_kornia_scoped_replacements_unpickle_as_the_original_where_the_shim_is_not_applied(replacements):
     scoped = [r for r in replacements if kornia_scoped(r)]
     assert scoped, "no kornia-scoped replacement installed (warp_sampling's is one)"
-    for replacement in scoped:
-        # Where torch keeps the original (the reference name encodes it: torch's builtin conv2d
-        # calls itself torch._VariableFunctionsClass.conv2d, which no module holds).
-        home_module, home_name = _scoped._decode(replacement.__qualname__)
-        code = (
-            "import functools, pickle, sys, importlib\n"
-            "obj = pickle.loads(sys.stdin.buffer.read())\n"
-            f"original = functools.reduce(getattr, {home_name!r}.split('.'), importlib.import_module({home_module!r}))\n"
-            "print(obj is original, 'kornia_halfpatch._engine' in sys.modules)\n"
-        )
-        done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(replacement), capture_output=True, timeout=120)
-        assert done.stdout.split() == [b"True", b"True"], (label(replacement), done.stdout, done.stderr[-2000:])
+    # One interpreter unpickles them all (one each was a minute on torch 2.1, whose import is
+    # slow): each is looked up where torch keeps the original (the reference name encodes it:
+    # torch's builtin conv2d calls itself torch._VariableFunctionsClass.conv2d, which no module
+    # holds); unpickling never applies the shim, so no earlier one changes what a later resolves.
+    homes = [_scoped._decode(replacement.__qualname__) for replacement in scoped]
+    code = (
+        "import functools, pickle, sys, importlib\n"
+        "objects = pickle.loads(sys.stdin.buffer.read())\n"
+        f"for obj, (home_module, home_name) in zip(objects, {homes!r}):\n"
+        "    original = functools.reduce(getattr, home_name.split('.'), importlib.import_module(home_module))\n"
+        "    print(obj is original, 'kornia_halfpatch._engine' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(scoped), capture_output=True, timeout=300)
+    lines = done.stdout.decode().splitlines()
+    assert len(lines) == len(scoped), (done.stdout, done.stderr[-2000:])
+    for replacement, line in zip(scoped, lines):
+        assert line.split() == ["True", "True"], (label(replacement), line, done.stderr[-2000:])
 
 
 def test_patched_objects_survive_copies():
