@@ -556,12 +556,8 @@ def test_a_view_follows_its_module_when_another_fix_patches_the_module_itself(st
             kornia_halfpatch.revert(["everywhere"])
 
 
-def option_fix(name, attribute, options, configured):
-    """A fix on torch.nn.functional.<attribute> (kornia's calls only) taking ``options``; records
-    what configure() was given, by fix."""
-
-    def configure(given):
-        configured.setdefault(name, []).append(dict(given))
+def passthrough_target(attribute):
+    """torch.nn.functional.<attribute>, for kornia's calls only, replaced by a function that calls it."""
 
     def build(original):
         def replacement(input: torch.Tensor) -> torch.Tensor:
@@ -569,8 +565,17 @@ def option_fix(name, attribute, options, configured):
 
         return replacement
 
-    target = _model.Target((f"torch.nn.functional:{attribute}",), build, scope=_model.SCOPE_KORNIA)
-    return _model.Fix(name=name, targets=(target,), options=options, configure=configure)
+    return _model.Target((f"torch.nn.functional:{attribute}",), build, scope=_model.SCOPE_KORNIA)
+
+
+def option_fix(name, attribute, options, configured):
+    """A fix on torch.nn.functional.<attribute> (kornia's calls only) taking ``options``; records
+    what configure() was given, by fix."""
+
+    def configure(given):
+        configured.setdefault(name, []).append(dict(given))
+
+    return _model.Fix(name=name, targets=(passthrough_target(attribute),), options=options, configure=configure)
 
 
 @needs_old_kornia
@@ -609,14 +614,7 @@ def probed_fix(name, attribute, probed, needed):
         probed.append(name)
         return _model.bug_present("stand-in") if needed() else _model.not_needed("stand-in")
 
-    def build(original):
-        def replacement(input: torch.Tensor) -> torch.Tensor:
-            return original(input)
-
-        return replacement
-
-    target = _model.Target((f"torch.nn.functional:{attribute}",), build, scope=_model.SCOPE_KORNIA)
-    return _model.Fix(name=name, targets=(target,), probe=probe, probe_cache=False)
+    return _model.Fix(name=name, targets=(passthrough_target(attribute),), probe=probe, probe_cache=False)
 
 
 @needs_old_kornia
