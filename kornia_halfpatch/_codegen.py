@@ -388,12 +388,21 @@ def signature_of(function: Any) -> inspect.Signature:
     return signature
 
 
+# id(signature) -> (signature, its parameters): a wrapper's generation asks four times.
+_parameters: Dict[int, Tuple[inspect.Signature, Tuple[inspect.Parameter, ...]]] = {}
+
+
 def parameters_of(function: Callable[..., Any]) -> List[inspect.Parameter]:
-    parameters = list(signature_of(function).parameters.values())
+    signature = signature_of(function)
+    known = _parameters.get(id(signature))
+    if known is not None and known[0] is signature:
+        return list(known[1])
+    parameters = tuple(signature.parameters.values())
     for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise UnsupportedSignature(f"{function.__qualname__} takes *{parameter.name}")
-    return parameters
+    _parameters[id(signature)] = (signature, parameters)  # the signature is kept: its id stays its own
+    return list(parameters)
 
 
 def signature_source(function: Callable[..., Any], names: _Names) -> Tuple[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import hashlib
 import importlib.abc
 import inspect
 import os
@@ -338,12 +339,7 @@ class Pass:
             return {id(module) for _, module, _ in modules}
         # Kept across passes: a function of the modules' code and the registry's scoped names.
         if _reaching_modules is None or _reaching_modules[0] is not modules or _reaching_modules[1] is not names:
-            reaching: Dict[int, FrozenSet[str]] = {}
-            for _, module, namespace in modules:
-                reached = _reached(namespace, names)
-                if reached:
-                    reaching[id(module)] = reached
-            _reaching_modules = (modules, names, reaching)
+            _reaching_modules = (modules, names, _reaching_by_module(modules, names))
         return {key for key, reached in _reaching_modules[2].items() if not attributes.isdisjoint(reached)}
 
     def scoped_names(self) -> Set[str]:
@@ -367,6 +363,53 @@ class Pass:
         routes = _routes_by_attribute(namespace, attributes)
         self._routes[id(namespace)] = (namespace, attributes, routes)
         return routes
+
+
+def _reaching_by_module(modules: List[Tuple[str, Any, Dict[str, Any]]], names: Set[str]) -> Dict[int, FrozenSet[str]]:
+    """id(module) -> the ``names`` its code reaches by some route, for the modules that reach
+    any. The answer for all the modules with a source file is kept on disk as one entry, keyed by
+    every such module's name and file stamp (the routes follow from their code): a warm apply()
+    then reads one answer instead of one per kornia module (441 lookups, an eighth of its time)."""
+    reaching: Dict[int, FrozenSet[str]] = {}
+    stamped: List[Tuple[str, Any, Dict[str, Any]]] = []
+    stamps: List[str] = []
+    for item in modules:
+        module_name, module, namespace = item
+        source = namespace.get("__file__")
+        try:
+            mtime, size = _file_stamp(source)
+        except Exception:  # noqa: BLE001 - no source file (a namespace package, a test's module): read now
+            reached = _reached(namespace, names)
+            if reached:
+                reaching[id(module)] = reached
+            continue
+        stamped.append(item)
+        stamps.append(f"{module_name}:{source}:{mtime}:{size}")
+    if not stamped:
+        return reaching
+
+    def read() -> Dict[str, List[str]]:
+        found = {}
+        for module_name, _, namespace in stamped:
+            reached = _reached(namespace, names)
+            if reached:
+                found[module_name] = sorted(reached)
+        return found
+
+    def decode(stored: Any) -> Dict[str, List[str]]:
+        if not isinstance(stored, dict) or not all(
+            isinstance(found, list) and all(name in names for name in found) for found in stored.values()
+        ):
+            raise TypeError("not a reaching table of these names")
+        return stored
+
+    key = hashlib.sha256("\n".join(stamps + [",".join(sorted(names))]).encode()).hexdigest()
+    found = probe_cache.remembered(f"reaching:{key}", read, dict, decode, by_settings=False)
+    for module_name, module, _ in stamped:
+        reached = found.get(module_name)
+        if reached:
+            reaching[id(module)] = frozenset(reached)
+    return reaching
 
 
 _passes = threading.local()  # .active: the pass this thread runs, if any

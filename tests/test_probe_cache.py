@@ -248,3 +248,57 @@ def test_a_warm_first_apply_reports_what_a_cold_one_does_without_probing(tmp_pat
     assert warm["facts"] == cold["facts"] == off["facts"]
     # The generated wrappers (their code read from the cache when warm) have the same source.
     assert warm["sources"] and warm["sources"] == cold["sources"] == off["sources"]
+
+
+def test_the_package_key_follows_each_source_files_stamp(tmp_path):
+    """The shim's part of the cache key: the same files give the same key; an edited, added or
+    removed source file another (the next process probes again rather than read answers the
+    edited code may not give)."""
+    package = tmp_path / "package"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("x = 1\n")
+    (package / "sub" / "b.py").write_text("y = 2\n")
+    first = _probe_cache._package_digest(str(package))
+    assert _probe_cache._package_digest(str(package)) == first
+    (package / "a.py").write_text("x = 10\n")
+    edited = _probe_cache._package_digest(str(package))
+    assert edited != first
+    (package / "sub" / "c.py").write_text("")
+    added = _probe_cache._package_digest(str(package))
+    assert added not in (first, edited)
+    (package / "sub" / "c.py").unlink()
+    assert _probe_cache._package_digest(str(package)) == edited
+
+
+def _module_from(path, name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_kept_reaching_table_is_read_again_when_a_module_changes(cache_dir, tmp_path):
+    """The modules' routes to the scoped names are kept as one answer keyed by every module's
+    file stamp: a module whose file changed is read again, not answered from the stale table."""
+    from kornia_halfpatch import _kornia_scope
+
+    path = tmp_path / "reaching_module.py"
+    path.write_text("import torch.nn.functional as F\n\ndef warp(x, g):\n    return F.grid_sample(x, g)\n")
+    names = {"grid_sample", "conv2d"}
+
+    def reaching(module):
+        _kornia_scope.forget_routes(vars(module))
+        found = _kornia_scope._reaching_by_module([(module.__name__, module, vars(module))], names)
+        return found.get(id(module))
+
+    module = _module_from(path, "reaching_module")
+    assert reaching(module) == {"grid_sample"}
+    assert reaching(module) == {"grid_sample"}  # read from the kept table
+    _probe_cache.save()
+    _probe_cache.forget_loaded()
+    assert reaching(module) == {"grid_sample"}  # from disk
+    path.write_text("import torch.nn.functional as F\n\ndef blur(x, k):\n    return F.conv2d(x, k) + 0\n")
+    changed = _module_from(path, "reaching_module")
+    assert reaching(changed) == {"conv2d"}
