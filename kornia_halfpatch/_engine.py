@@ -112,9 +112,12 @@ def _shape_problem(target: Target, original: Any) -> Optional[str]:
 
 
 def _read_shape_problem(target: Target, original: Any) -> Optional[str]:
+    from ._codegen import signature_of  # imports torch: not at the shim's import
+
     function = python_function_of(original)
     try:
-        names = tuple(inspect.signature(function).parameters)
+        # The signature the wrapper's generation and give_identity read too, computed once.
+        names = tuple(signature_of(function).parameters)
     except (TypeError, ValueError):
         return f"{target.label} has no inspectable signature"
     if names[: len(target.expects_parameters)] != target.expects_parameters:

@@ -329,8 +329,6 @@ def test_status_names_versions_and_every_fix():
 
 @pytest.mark.slow
 @pytest.mark.release_independent
-@pytest.mark.slow
-@pytest.mark.release_independent
 def test_importing_the_package_imports_neither_torch_nor_kornia():
     result = run_python(
         """
