@@ -12,7 +12,11 @@ figures are medians over the processes (import and apply) and over every cycle o
 The process's CPU time is printed beside the wall time, and the apply ratio is given both ways.
 The first ``apply()`` is measured twice: cold (``KORNIA_HALFPATCH_CACHE=0``: every probe runs, as in
 the first process on an installation) and warm (the probe cache filled by one process before, as
-in every later process); the cache lives in a temporary directory of the run, removed after.
+in every later process); the cache lives in a temporary directory of the run, removed after. The
+5% target is the warm figure, what a program pays at each start (and each spawned worker under
+``KORNIA_HALFPATCH_AUTO=1``); the cold one is paid once per installation (again after torch,
+kornia or the shim change, or on another CPU): the probes' torch computations, reading kornia's
+bytecode and compiling the generated wrappers, printed for what it is.
 Neither is steady on a loaded machine: the probes run small torch computations on torch's intra-op
 threads, whose OpenMP workers spin while they wait for a core, so under load the first apply()'s
 CPU time grows with the load too (measured: 1.0 s CPU at load 12 on 2 cores, 0.2-0.35 s with one
@@ -149,7 +153,8 @@ def main() -> None:
         apply = statistics.median(run["apply"] for run in runs[kind])
         apply_cpu = statistics.median(run["apply_cpu"] for run in runs[kind])
         print(f"first apply(), {kind}         {1000 * apply:8.1f} ms  (CPU time {1000 * apply_cpu:.1f} ms; {label})")
-        print(f"    / import kornia         {100 * apply / whole:8.1f} %   (target <= 5 %); CPU time "
+        target = "(target <= 5 %)" if kind == "warm" else "(once per installation)"
+        print(f"    / import kornia         {100 * apply / whole:8.1f} %   {target}; CPU time "
               f"{100 * apply_cpu / whole_cpu:.1f} %")
         print(f"    / kornia's own import   {100 * apply / import_kornia:8.1f} %   CPU time {100 * apply_cpu / kornia_cpu:.1f} %")
         print(f"    with import kornia_halfpatch, / import kornia {100 * (apply + shim) / whole:5.1f} %   CPU time "
