@@ -29,6 +29,7 @@ import base64
 import hashlib
 import inspect
 import itertools
+import json
 import linecache
 import marshal
 import sys
@@ -262,16 +263,31 @@ def tuple_items(annotation: Any) -> Optional[Tuple[Any, ...]]:
     return None
 
 
+# What a generated wrapper's globals hold beyond the original's module globals and the helpers
+# (base_namespace), as a plan records it: (key, kind, argument). "module": torch or typing where
+# the module binds the name to None; "typing": a typing name the annotations use; "default": the
+# plain original's default of that parameter; "guard": the row's guard; "object": any other
+# object (an annotation's class), which is not kept on disk.
+Binding = Tuple[str, str, Any]
+_KEPT_BINDING_KINDS = ("module", "typing", "default", "guard")
+
+
 class _Names:
-    """Objects an annotation refers to, bound to names in the generated globals."""
+    """Objects an annotation refers to, bound to names in the generated globals; each binding is
+    recorded (``bindings``) so that a plan makes the same globals again."""
 
     def __init__(self, namespace: Dict[str, Any]) -> None:
         self.namespace = namespace
+        self.bindings: List[Binding] = []
+
+    def bind_module(self, name: str) -> None:
+        if self.namespace.get(name) is None:
+            self.namespace[name] = torch if name == "torch" else typing
+            self.bindings.append((name, "module", name))
 
     def bind(self, obj: Any) -> str:
         for name in ("torch", "typing"):
-            if self.namespace.get(name) is None:
-                self.namespace[name] = torch if name == "torch" else typing
+            self.bind_module(name)
         if obj is torch.Tensor and self.namespace.get("torch") is torch:
             return "torch.Tensor"
         if isinstance(obj, type) and obj.__module__ == "builtins":
@@ -280,14 +296,19 @@ class _Names:
             if self.namespace.get("torch") is torch:
                 return f"torch.{obj.__name__}"  # torch.dtype, torch.device
         key = f"_halfpatch_type_{len(self.namespace)}"
-        self.namespace[key] = obj
+        self.set(key, "object", obj, obj)
         return key
 
     def bind_typing(self, name: str) -> str:
         value = getattr(typing, name)
         if self.namespace.setdefault(name, value) is not value:
             raise UnsupportedSignature(f"the original's module binds {name!r} to something other than typing.{name}")
+        self.bindings.append((name, "typing", name))
         return name
+
+    def set(self, key: str, kind: str, argument: Any, value: Any) -> None:
+        self.namespace[key] = value
+        self.bindings.append((key, kind, argument))
 
 
 def annotation_source(annotation: Any, names: _Names) -> str:
@@ -332,9 +353,13 @@ def _register_source(source: str, label: str) -> str:
     return filename
 
 
-def define(source: str, name: str, namespace: Dict[str, Any], label: str) -> Callable[..., Any]:
+def define(
+    source: str, name: str, namespace: Dict[str, Any], label: str, code: Optional[types.CodeType] = None
+) -> Callable[..., Any]:
+    """Define the function ``name`` of ``source`` in ``namespace``: ``code`` if given (the
+    source's compiled code, from a plan), else compiled (kept on disk, ``_compiled``)."""
     filename = _register_source(source, label)
-    exec(_with_filename(_compiled(source), filename), namespace)  # noqa: S102 - our own generated code
+    exec(_with_filename(code or _compiled(source), filename), namespace)  # noqa: S102 - our own generated code
     return namespace[name]
 
 
@@ -344,19 +369,25 @@ _PLACEHOLDER_FILENAME = "<kornia_halfpatch generated>"
 def _compiled(source: str) -> types.CodeType:
     """``compile(source)``, kept on disk by the source's hash for the next process
     (``_probe_cache``; compiling the rows' wrappers was a fifth of a first apply())."""
-    def encode(code: types.CodeType) -> str:
-        return base64.b64encode(marshal.dumps(code)).decode("ascii")
-
-    def decode(stored: Any) -> types.CodeType:
-        code = marshal.loads(base64.b64decode(stored))
-        if not isinstance(code, types.CodeType) or code.co_filename != _PLACEHOLDER_FILENAME:
-            raise TypeError("not this source's code")
-        return code
-
     digest = hashlib.sha256(source.encode()).hexdigest()
     return probe_cache.remembered(
-        f"compiled:{digest}", lambda: compile(source, _PLACEHOLDER_FILENAME, "exec"), encode, decode, by_settings=False
+        f"compiled:{digest}", lambda: _compile(source), _encode_code, _decode_code, by_settings=False
     )
+
+
+def _compile(source: str) -> types.CodeType:
+    return compile(source, _PLACEHOLDER_FILENAME, "exec")
+
+
+def _encode_code(code: types.CodeType) -> str:
+    return base64.b64encode(marshal.dumps(code)).decode("ascii")
+
+
+def _decode_code(stored: Any) -> types.CodeType:
+    code = marshal.loads(base64.b64decode(stored))
+    if not isinstance(code, types.CodeType) or code.co_filename != _PLACEHOLDER_FILENAME:
+        raise TypeError("not generated code")
+    return code
 
 
 def _with_filename(code: types.CodeType, filename: str) -> types.CodeType:
@@ -420,7 +451,11 @@ def signature_source(function: Callable[..., Any], names: _Names) -> Tuple[str, 
         if parameter.default is not parameter.empty:
             # Placeholder only: TorchScript and Python take the defaults from the function object.
             text += f" = _halfpatch_default_{parameter.name}"
-            names.namespace[f"_halfpatch_default_{parameter.name}"] = parameter.default
+            key = f"_halfpatch_default_{parameter.name}"
+            if _plannable(function):
+                names.set(key, "default", parameter.name, parameter.default)  # the function's own default
+            else:
+                names.set(key, "object", parameter.default, parameter.default)
         if parameter.kind == parameter.POSITIONAL_ONLY:
             raise UnsupportedSignature(f"{function.__qualname__}: positional-only parameter {parameter.name}")
         pieces.append(text)
@@ -449,6 +484,97 @@ def base_namespace(original: Callable[..., Any]) -> Dict[str, Any]:
     namespace["_halfpatch_original"] = original
     namespace.setdefault("torch", torch)
     return namespace
+
+
+# --------------------------------------------------------------------------------------------
+# Plans: what a generated wrapper is made of, kept on disk for the next process
+
+
+class Plan(typing.NamedTuple):
+    """A generated wrapper before it exists: its name, its source, and what its globals hold
+    beyond ``base_namespace`` (``Binding``). Generating one reads the original's signature, its
+    type hints and writes the source (half of a warm first apply(): 114 rows); a plain original's
+    plan is kept on disk (``_probe_cache``) and every process makes its wrapper from the plan
+    (``_realized``), the first one included, so a kept plan gives what a new one gives."""
+
+    name: str
+    source: str
+    bindings: Tuple[Binding, ...]
+    code: Optional[types.CodeType] = None  # the source compiled, where the plan is kept with it
+
+
+def _plannable(function: Any) -> bool:
+    """A plain function whose signature is its own (no ``__signature__``/``__wrapped__`` to read
+    it from instead): its parameters and defaults follow from its code and defaults."""
+    return (
+        isinstance(function, types.FunctionType)
+        and "__signature__" not in function.__dict__
+        and "__wrapped__" not in function.__dict__
+    )
+
+
+def _planned(kind: str, function: Any, arguments: List[Any], generate: Callable[[], Plan]) -> Plan:
+    """``generate()``'s plan, read from the cache if one is kept for this kind of wrapper, these
+    row arguments and this original: its code (``_probe_cache.fingerprint``) and its annotations
+    (not part of its code; their text, evaluated in the module's globals as the original's are)."""
+    if not _plannable(function):
+        return generate()
+    try:
+        annotations = sorted((name, repr(value)) for name, value in function.__annotations__.items())
+        what = "plan:" + json.dumps([kind, arguments, annotations])
+    except Exception:  # noqa: BLE001 - arguments or annotations without a lasting text: not kept
+        return generate()
+
+    def generate_with_code() -> Plan:
+        # The plan keeps its compiled code (one answer to read in the next process, not two).
+        plan = generate()
+        return plan._replace(code=_compile(plan.source))
+
+    return probe_cache.remembered(what, generate_with_code, _encode_plan, _decode_plan, originals=[function], by_settings=False)
+
+
+def _encode_plan(plan: Plan) -> List[Any]:
+    if any(kind not in _KEPT_BINDING_KINDS for _, kind, _ in plan.bindings):
+        raise TypeError("the plan binds an object")  # kept in memory only, as generated
+    if plan.code is None:
+        raise TypeError("a plan is kept with its code")
+    return [plan.name, plan.source, [list(binding) for binding in plan.bindings], _encode_code(plan.code)]
+
+
+def _decode_plan(stored: Any) -> Plan:
+    name, source, bindings, code = stored
+    if not isinstance(name, str) or not isinstance(source, str):
+        raise TypeError("not a plan")
+    kept = []
+    for key, kind, argument in bindings:
+        if not isinstance(key, str) or kind not in _KEPT_BINDING_KINDS or not isinstance(argument, (str, type(None))):
+            raise TypeError("not a plan's binding")
+        kept.append((key, kind, argument))
+    return Plan(name, source, tuple(kept), _decode_code(code))
+
+
+def _realized(plan: Plan, original: Any, function: Any, guard: Any, label: str) -> Callable[..., Any]:
+    """The wrapper of ``plan``: its source defined in ``base_namespace(original)`` with the
+    plan's bindings made again from this original and row."""
+    namespace = base_namespace(original)
+    names = _Names(namespace)
+    defaults: Optional[Dict[str, Any]] = None
+    for key, kind, argument in plan.bindings:
+        if kind == "module":
+            names.bind_module(argument)
+        elif kind == "typing":
+            names.bind_typing(argument)
+        elif kind == "default":
+            if defaults is None:
+                defaults = _defaults_by_name(function)
+            namespace[key] = defaults[argument]
+        elif kind == "guard":
+            namespace[key] = guard
+        elif kind == "object":
+            namespace[key] = argument
+        else:
+            raise ValueError(f"unknown binding {kind!r}")
+    return define(plan.source, plan.name, namespace, label or f"{function.__module__}.{function.__qualname__}", plan.code)
 
 
 def dtype_condition(variable: str, dtypes: Sequence[str]) -> str:
@@ -482,6 +608,27 @@ def promote_wrapper(
     narrowed to the trigger's dtype (or kept in float32 where ``outputs`` says ``"float32"``).
     Otherwise the original runs on the arguments as given: float32/float64 stay bit for bit."""
     function = python_function_of(original)
+    for name in half:
+        if name not in HALF_DTYPE_NAMES:
+            raise ValueError(f"half dtype {name!r}: choose from {', '.join(HALF_DTYPE_NAMES)}")
+    arguments = [trigger, list(half), None if outputs is None else list(outputs), device, guard is not None, list(guard_arguments)]
+    plan = _planned(
+        "promote", function, arguments,
+        lambda: _promote_plan(original, function, trigger, half, outputs, device, guard, guard_arguments),
+    )
+    return _realized(plan, original, function, guard, label)
+
+
+def _promote_plan(
+    original: Callable[..., Any],
+    function: Any,
+    trigger: Optional[str],
+    half: Sequence[str],
+    outputs: Optional[Sequence[str]],
+    device: Optional[str],
+    guard: Optional[Callable[..., bool]],
+    guard_arguments: Sequence[str],
+) -> Plan:
     hints = _resolved_hints(function)
     parameters = parameters_of(function)
     kinds = {p.name: classify(hints.get(p.name, p.annotation)) for p in parameters}
@@ -489,9 +636,6 @@ def promote_wrapper(
         trigger = next((name for name, kind in kinds.items() if kind == TENSOR), None)
     if trigger is None or kinds.get(trigger) != TENSOR:
         raise UnsupportedSignature(f"{function.__qualname__}: no tensor parameter {trigger!r} to decide on")
-    for name in half:
-        if name not in HALF_DTYPE_NAMES:
-            raise ValueError(f"half dtype {name!r}: choose from {', '.join(HALF_DTYPE_NAMES)}")
 
     namespace = base_namespace(original)
     names = _Names(namespace)
@@ -541,7 +685,7 @@ def promote_wrapper(
         condition = f"({condition}) and {trigger}.device.type == {device!r}"
     if guard is not None:
         # A further scriptable predicate on some arguments (e.g. the kernel's size).
-        namespace["_halfpatch_guard"] = guard
+        names.set("_halfpatch_guard", "guard", None, guard)
         condition = f"({condition}) and _halfpatch_guard({', '.join(guard_arguments)})"
     source = (
         f"def {function.__name__}({params}){returns}:\n"
@@ -551,7 +695,7 @@ def promote_wrapper(
         f"        return {result_source}\n"
         f"    return _halfpatch_original({plain_call})\n"
     )
-    return _finish(function, source, namespace, label)
+    return Plan(function.__name__, source, tuple(names.bindings))
 
 
 def widen_dtypes_wrapper(

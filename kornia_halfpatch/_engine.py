@@ -43,7 +43,7 @@ from . import _lookups
 from . import _probe_cache as probe_cache
 from ._bindings import BindingIndex, is_kornia_module
 from ._functions import python_function_of, resolve_path
-from ._identity import give_identity
+from ._identity import give_identity, parameter_names
 from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
 from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, Target, TargetStatus, Verdict
@@ -112,12 +112,9 @@ def _shape_problem(target: Target, original: Any) -> Optional[str]:
 
 
 def _read_shape_problem(target: Target, original: Any) -> Optional[str]:
-    from ._codegen import signature_of  # imports torch: not at the shim's import
-
     function = python_function_of(original)
     try:
-        # The signature the wrapper's generation and give_identity read too, computed once.
-        names = tuple(signature_of(function).parameters)
+        names = parameter_names(function)
     except (TypeError, ValueError):
         return f"{target.label} has no inspectable signature"
     if names[: len(target.expects_parameters)] != target.expects_parameters:

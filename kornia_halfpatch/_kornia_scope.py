@@ -85,7 +85,7 @@ Routes = Set[Tuple[str, Tuple[str, ...]]]
 _routes_cache: Dict[int, Tuple[Dict[str, Any], Dict[str, Routes]]] = {}
 
 
-def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str]) -> Dict[str, Routes]:
+def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str], keep: bool = True) -> Dict[str, Routes]:
     """How the code of a module reaches each of ``attributes`` as an attribute of one of its
     globals: ``{"grid_sample": {("F", ()), ("torch", ("nn", "functional"))}}`` for
     ``F.grid_sample`` and ``torch.nn.functional.grid_sample``. Read from the bytecode of the
@@ -97,22 +97,28 @@ def _routes_by_attribute(namespace: Dict[str, Any], attributes: Iterable[str]) -
     known = cached[1]
     missing = {attribute for attribute in attributes if attribute not in known}
     if missing:
-        known.update(_stored_routes(namespace, missing))
+        known.update(_stored_routes(namespace, missing) if keep else _read_routes(namespace, missing))
     return {attribute: known[attribute] for attribute in attributes}
 
 
-def _stored_routes(namespace: Dict[str, Any], attributes: Set[str]) -> Dict[str, Routes]:
-    """``_read_routes``, kept on disk for the next process (``_probe_cache``) by the module's
-    name and source file (path, modification time, size): the routes follow from its code."""
+def _stored_routes(namespace: Dict[str, Any], attributes: Set[str], read: Optional[Dict[str, Routes]] = None) -> Dict[str, Routes]:
+    """``_read_routes`` (or ``read``, the routes already read), kept on disk for the next process
+    (``_probe_cache``) by the module's name and source file (path, modification time, size):
+    the routes follow from its code."""
     source = namespace.get("__file__")
+    compute = (lambda: _read_routes(namespace, attributes)) if read is None else (lambda: read)
     try:
         mtime, size = _file_stamp(source)
         what = f"routes:{namespace['__name__']}:{source}:{mtime}:{size}:{','.join(sorted(attributes))}"
     except Exception:  # noqa: BLE001 - no source file to stamp (a namespace package, a test's module)
-        return _read_routes(namespace, attributes)
-    return probe_cache.remembered(
-        what, lambda: _read_routes(namespace, attributes), _encode_routes, _decode_routes, by_settings=False
-    )
+        return compute()
+    return probe_cache.remembered(what, compute, _encode_routes, _decode_routes, by_settings=False)
+
+
+def _keep_routes(namespace: Dict[str, Any], attributes: Iterable[str], routes: Dict[str, Routes]) -> None:
+    """Keep routes read in this process (``_routes_by_attribute(keep=False)``) on disk."""
+    attributes = set(attributes)
+    _stored_routes(namespace, attributes, {attribute: routes[attribute] for attribute in attributes})
 
 
 def _file_stamp(path: Any) -> Tuple[int, int]:
@@ -389,11 +395,15 @@ def _reaching_by_module(modules: List[Tuple[str, Any, Dict[str, Any]]], names: S
         return reaching
 
     def read() -> Dict[str, List[str]]:
+        # Each module's routes are kept on disk only where it reaches a name (its views are
+        # refreshed from them); the other 400-odd modules' empty routes are in this answer.
         found = {}
         for module_name, _, namespace in stamped:
-            reached = _reached(namespace, names)
+            routes = _routes_by_attribute(namespace, names, keep=False)
+            reached = sorted(name for name, found_routes in routes.items() if found_routes)
             if reached:
-                found[module_name] = sorted(reached)
+                found[module_name] = reached
+                _keep_routes(namespace, names, routes)
         return found
 
     def decode(stored: Any) -> Dict[str, List[str]]:

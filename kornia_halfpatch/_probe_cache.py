@@ -122,7 +122,7 @@ def _raw_cache_variables() -> Tuple[Any, ...]:
     encoding or decoding), else through os.environ. Only compared, never interpreted."""
     data = getattr(os.environ, "_data", None)
     if _RAW_CACHE_VARIABLES and isinstance(data, dict):
-        return tuple(data.get(name) for name in _RAW_CACHE_VARIABLES)
+        return tuple(map(data.get, _RAW_CACHE_VARIABLES))
     return tuple(os.environ.get(name) for name in _CACHE_VARIABLES)
 
 

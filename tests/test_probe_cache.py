@@ -213,8 +213,17 @@ sources = {}
 for name, entry in _installed.every_entry():
     code = getattr(entry.replacement, "__code__", None)
     if code is not None and code.co_filename.startswith("<kornia_halfpatch generated"):
-        # a generated wrapper (compiled, or read from the cache): its own file name and source
-        sources[entry.path] = [code.co_filename.split(" #")[0], inspect.getsource(entry.replacement)]
+        # a generated wrapper (compiled, or made from a kept plan): its own file name and source,
+        # its signature and what its globals hold beyond the original module's
+        bound = {
+            key: getattr(value, "__qualname__", None) or repr(value)
+            for key, value in entry.replacement.__globals__.items()
+            if key.startswith("_halfpatch_") or key in ("Optional", "Union", "List", "Tuple", "Dict")
+        }
+        sources[entry.path] = [
+            code.co_filename.split(" #")[0], inspect.getsource(entry.replacement),
+            str(inspect.signature(entry.replacement)), sorted(bound.items()),
+        ]
 print(json.dumps({
     "sources": sources,
     "fixes": {name: [s.verdict.name, s.reason, s.targets, s.rebound, s.stale,
@@ -239,6 +248,9 @@ def test_a_warm_first_apply_reports_what_a_cold_one_does_without_probing(tmp_pat
     off = first_apply({_probe_cache.ENV_CACHE: "0"})
     cold = first_apply(on)
     assert cache_files(tmp_path / "cache")
+    kept = json.loads(cache_files(tmp_path / "cache")[0].read_text())["answers"]
+    # the rows' wrappers are made from kept plans in the warm process
+    assert sum(key.startswith('["plan:') for key in kept) >= 100
     warm = first_apply(on)
     assert cold["runs"] and off["runs"]
     # Only the fix that declares its probe not cacheable (networks_cpu_half) probes again.
@@ -246,7 +258,8 @@ def test_a_warm_first_apply_reports_what_a_cold_one_does_without_probing(tmp_pat
     for name in off["fixes"]:
         assert warm["fixes"][name] == cold["fixes"][name] == off["fixes"][name], name
     assert warm["facts"] == cold["facts"] == off["facts"]
-    # The generated wrappers (their code read from the cache when warm) have the same source.
+    # The generated wrappers (made from kept plans, their code read from the cache, when warm)
+    # have the same source, signature and bindings.
     assert warm["sources"] and warm["sources"] == cold["sources"] == off["sources"]
 
 
