@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from . import _probe_cache as probe_cache
+from ._functions import has_own_signature
 from ._functions import python_function_of  # noqa: F401 - also used by the fixes and tests through here
 
 HALF_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -404,11 +405,7 @@ _signatures: Dict[int, Tuple[Any, Tuple[Any, ...], inspect.Signature]] = {}
 def signature_of(function: Any) -> inspect.Signature:
     """``inspect.signature(function)``, kept while a plain function's code, defaults and
     annotations are the same objects (and it has no ``__signature__``/``__wrapped__``)."""
-    if (
-        not isinstance(function, types.FunctionType)
-        or "__signature__" in function.__dict__
-        or "__wrapped__" in function.__dict__
-    ):
+    if not has_own_signature(function):
         return inspect.signature(function)
     source = (function.__code__, function.__defaults__, function.__kwdefaults__, function.__annotations__)
     known = _signatures.get(id(function))
@@ -452,7 +449,7 @@ def signature_source(function: Callable[..., Any], names: _Names) -> Tuple[str, 
             # Placeholder only: TorchScript and Python take the defaults from the function object.
             text += f" = _halfpatch_default_{parameter.name}"
             key = f"_halfpatch_default_{parameter.name}"
-            if _plannable(function):
+            if has_own_signature(function):
                 names.set(key, "default", parameter.name, parameter.default)  # the function's own default
             else:
                 names.set(key, "object", parameter.default, parameter.default)
@@ -503,21 +500,11 @@ class Plan(typing.NamedTuple):
     code: Optional[types.CodeType] = None  # the source compiled, where the plan is kept with it
 
 
-def _plannable(function: Any) -> bool:
-    """A plain function whose signature is its own (no ``__signature__``/``__wrapped__`` to read
-    it from instead): its parameters and defaults follow from its code and defaults."""
-    return (
-        isinstance(function, types.FunctionType)
-        and "__signature__" not in function.__dict__
-        and "__wrapped__" not in function.__dict__
-    )
-
-
 def _planned(kind: str, function: Any, arguments: List[Any], generate: Callable[[], Plan]) -> Plan:
     """``generate()``'s plan, read from the cache if one is kept for this kind of wrapper, these
     row arguments and this original: its code (``_probe_cache.fingerprint``) and its annotations
     (not part of its code; their text, evaluated in the module's globals as the original's are)."""
-    if not _plannable(function):
+    if not has_own_signature(function):
         return generate()
     try:
         annotations = sorted((name, repr(value)) for name, value in function.__annotations__.items())

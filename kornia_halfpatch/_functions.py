@@ -23,6 +23,16 @@ def python_function_of(original: Any) -> Any:
     return function
 
 
+def has_own_signature(function: Any) -> bool:
+    """A plain Python function whose ``inspect.signature`` follows from its own code, defaults and
+    annotations (no ``__signature__`` or ``__wrapped__`` to read it from instead)."""
+    return (
+        isinstance(function, types.FunctionType)
+        and "__signature__" not in function.__dict__
+        and "__wrapped__" not in function.__dict__
+    )
+
+
 def resolve_path(module: Any, path: str) -> Tuple[Any, str, Any]:
     """``(parent, attribute, original)`` of the dotted ``path`` inside ``module`` (a module, or a
     module name, imported if need be), as ``wrapt.resolve_path`` finds it: on a class the raw

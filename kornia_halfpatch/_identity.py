@@ -8,7 +8,7 @@ import inspect
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._functions import python_function_of
+from ._functions import has_own_signature, python_function_of
 from ._model import SCOPE_KORNIA
 from ._scoped import home_name, reference_name
 
@@ -71,7 +71,7 @@ def _adopt_signature(replacement: Any, function: Any) -> None:
     annotations), the replacement takes the original's annotations: inspect.signature then reads
     the original's signature off it, and no Signature is built here (building one per original
     was a tenth of a warm apply())."""
-    if _plain(function) and _plain(replacement):
+    if has_own_signature(function) and has_own_signature(replacement):
         try:
             same = _parameters_shape(replacement) == _parameters_shape(function)
         except (TypeError, ValueError):
@@ -88,18 +88,10 @@ def _adopt_signature(replacement: Any, function: Any) -> None:
         replacement.__signature__ = signature
 
 
-def _plain(function: Any) -> bool:
-    return (
-        isinstance(function, types.FunctionType)
-        and "__signature__" not in function.__dict__
-        and "__wrapped__" not in function.__dict__
-    )
-
-
 def parameter_names(function: Any) -> Tuple[str, ...]:
     """The names of ``inspect.signature(function)``'s parameters; read off a plain function's
     code object, without building its Signature."""
-    if _plain(function):
+    if has_own_signature(function):
         return tuple(name for name, _, _ in _parameters_shape(function))
     return tuple(_signature(function).parameters)
 

@@ -108,7 +108,7 @@ def _stored_routes(namespace: Dict[str, Any], attributes: Set[str], read: Option
     source = namespace.get("__file__")
     compute = (lambda: _read_routes(namespace, attributes)) if read is None else (lambda: read)
     try:
-        mtime, size = _file_stamp(source)
+        mtime, size = probe_cache.file_stamp(source)
         what = f"routes:{namespace['__name__']}:{source}:{mtime}:{size}:{','.join(sorted(attributes))}"
     except Exception:  # noqa: BLE001 - no source file to stamp (a namespace package, a test's module)
         return compute()
@@ -119,11 +119,6 @@ def _keep_routes(namespace: Dict[str, Any], attributes: Iterable[str], routes: D
     """Keep routes read in this process (``_routes_by_attribute(keep=False)``) on disk."""
     attributes = set(attributes)
     _stored_routes(namespace, attributes, {attribute: routes[attribute] for attribute in attributes})
-
-
-def _file_stamp(path: Any) -> Tuple[int, int]:
-    status = os.stat(path)
-    return status.st_mtime_ns, status.st_size
 
 
 def _encode_routes(routes: Dict[str, Routes]) -> Dict[str, List[Any]]:
@@ -383,7 +378,7 @@ def _reaching_by_module(modules: List[Tuple[str, Any, Dict[str, Any]]], names: S
         module_name, module, namespace = item
         source = namespace.get("__file__")
         try:
-            mtime, size = _file_stamp(source)
+            mtime, size = probe_cache.file_stamp(source)
         except Exception:  # noqa: BLE001 - no source file (a namespace package, a test's module): read now
             reached = _reached(namespace, names)
             if reached:

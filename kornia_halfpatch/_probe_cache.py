@@ -75,12 +75,13 @@ def _package_digest(root: Optional[str] = None) -> str:
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
-                mtime, size = _stat_key(path)
+                mtime, size = file_stamp(path)
                 digest.update(f"{os.path.relpath(path, root)}\0{mtime}\0{size}\n".encode())
     return digest.hexdigest()
 
 
-def _stat_key(path: str) -> Tuple[int, int]:
+def file_stamp(path: str) -> Tuple[int, int]:
+    """``(modification time in ns, size)``: what Python's bytecode cache tells a changed file by."""
     status = os.stat(path)
     return status.st_mtime_ns, status.st_size
 
@@ -97,7 +98,7 @@ def _installation() -> Dict[str, Any]:
     return {
         "format": FORMAT,
         "shim": _package_digest(),
-        "kornia": [kornia.__version__, kornia_dir, _stat_key(kornia_dir), _stat_key(os.path.abspath(kornia.__file__))],
+        "kornia": [kornia.__version__, kornia_dir, file_stamp(kornia_dir), file_stamp(os.path.abspath(kornia.__file__))],
         "torch": [torch.__version__, getattr(torch.version, "git_version", None), os.path.dirname(torch.__file__)],
         "python": [sys.version, sys.implementation.cache_tag, platform.machine()],
         "cpu_capability": capability() if capability is not None else None,
