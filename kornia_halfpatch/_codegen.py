@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from . import _precision as precision
 from . import _probe_cache as probe_cache
 from ._functions import has_own_signature
 from ._functions import python_function_of  # noqa: F401 - also used by the fixes and tests through here
@@ -49,6 +50,13 @@ HALF_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # (kept as the original computed it in float32: 0.9.0 keeps some geometry/responses in float32).
 NARROW = "narrow"
 FLOAT32 = "float32"
+# A row's rule under torch.autocast (a float32 trigger, autocast on in a half dtype of the row):
+# "float32", the float32 call outside autocast with its outputs as computed (kornia functions);
+# "narrow", the same call narrowed to autocast's dtype (a torch op autocast would return in half);
+# None, the row does not act under autocast.
+AUTOCAST_FLOAT32 = "float32"
+AUTOCAST_NARROW = "narrow"
+AUTOCAST_RULES = (AUTOCAST_FLOAT32, AUTOCAST_NARROW, None)
 
 
 class UnsupportedSignature(TypeError):
@@ -106,6 +114,12 @@ def _narrow_tensor_or_pair(
 
 
 HELPERS = {
+    # Which half dtype autocast gives the trigger (None: off, or not float32), whether autocast is
+    # on for its device, and the context turning it off there (kornia_halfpatch._precision). Only
+    # in branches TorchScript does not compile (torch.jit.is_scripting()).
+    "_halfpatch_autocast_half": precision.autocast_half,
+    "_halfpatch_autocast_on": precision.autocast_on,
+    "_halfpatch_autocast_off": precision.autocast_off,
     "_halfpatch_widen": _widen,
     "_halfpatch_widen_optional": _widen_optional,
     "_halfpatch_widen_list": _widen_list,
@@ -564,8 +578,10 @@ def _realized(plan: Plan, original: Any, function: Any, guard: Any, label: str) 
     return define(plan.source, plan.name, namespace, label or f"{function.__module__}.{function.__qualname__}", plan.code)
 
 
-def dtype_condition(variable: str, dtypes: Sequence[str]) -> str:
-    return " or ".join(f"{variable}.dtype == torch.{name}" for name in dtypes)
+def dtype_condition(variable: str, dtypes: Sequence[str], *, is_dtype: bool = False) -> str:
+    """Source of "``variable``'s dtype is one of ``dtypes``" (``is_dtype``: the variable is a dtype)."""
+    value = variable if is_dtype else f"{variable}.dtype"
+    return " or ".join(f"{value} == torch.{name}" for name in dtypes)
 
 
 def _finish(function: Callable[..., Any], source: str, namespace: Dict[str, Any], label: str) -> Callable[..., Any]:
@@ -587,21 +603,36 @@ def promote_wrapper(
     device: Optional[str] = None,
     guard: Optional[Callable[..., bool]] = None,
     guard_arguments: Sequence[str] = (),
+    autocast: Optional[str] = AUTOCAST_FLOAT32,
+    half_inputs: bool = True,
     label: str = "",
 ) -> Callable[..., Any]:
-    """``original`` run in float32 for half inputs: when the ``trigger`` tensor argument (default:
-    the first tensor parameter) has a dtype in ``half`` (and is on ``device``, if given), every
-    half tensor argument is widened to float32, the original runs, and each floating output is
+    """``original`` run in float32 where half arithmetic would reach it: when the ``trigger``
+    tensor argument (default: the first tensor parameter) has a dtype in ``half`` (and is on
+    ``device``, if given), every half tensor argument is widened to float32, the original runs
+    (with autocast off for the trigger's device type, if it was on), and each floating output is
     narrowed to the trigger's dtype (or kept in float32 where ``outputs`` says ``"float32"``).
-    Otherwise the original runs on the arguments as given: float32/float64 stay bit for bit."""
+
+    Under ``torch.autocast`` in one of the ``half`` dtypes (``autocast`` not None), a float32
+    trigger takes the same float32 path: the original runs on the widened arguments with autocast
+    off for that device type, so it is the float32 call outside autocast, and its outputs are
+    kept as that call returns them (``"float32"``) or narrowed once to autocast's dtype
+    (``"narrow"``: a torch op whose autocast output is half). Otherwise the original runs on the
+    arguments as given: float32/float64 stay bit for bit."""
     function = python_function_of(original)
     for name in half:
         if name not in HALF_DTYPE_NAMES:
             raise ValueError(f"half dtype {name!r}: choose from {', '.join(HALF_DTYPE_NAMES)}")
-    arguments = [trigger, list(half), None if outputs is None else list(outputs), device, guard is not None, list(guard_arguments)]
+    if autocast not in AUTOCAST_RULES:
+        raise ValueError(f"autocast rule {autocast!r}: choose from {AUTOCAST_RULES}")
+    if not half_inputs and autocast is None:
+        raise ValueError("a row that takes neither half inputs nor autocast's half does nothing")
+    arguments = [trigger, list(half), None if outputs is None else list(outputs), device, guard is not None,
+                 list(guard_arguments), autocast, half_inputs]
     plan = _planned(
         "promote", function, arguments,
-        lambda: _promote_plan(original, function, trigger, half, outputs, device, guard, guard_arguments),
+        lambda: _promote_plan(original, function, trigger, half, outputs, device, guard, guard_arguments, autocast,
+                              half_inputs),
     )
     return _realized(plan, original, function, guard, label)
 
@@ -615,6 +646,8 @@ def _promote_plan(
     device: Optional[str],
     guard: Optional[Callable[..., bool]],
     guard_arguments: Sequence[str],
+    autocast: Optional[str],
+    half_inputs: bool,
 ) -> Plan:
     hints = _resolved_hints(function)
     parameters = parameters_of(function)
@@ -668,20 +701,49 @@ def _promote_plan(
     # ("Not a Tensor type"), not an AttributeError from reading .dtype here (kornia's own
     # test_exception tests, float32). TorchScript folds the check for a Tensor parameter.
     condition = f"isinstance({trigger}, torch.Tensor) and ({dtype_condition(trigger, half)})"
+    where = ""
     if device is not None:
-        condition = f"({condition}) and {trigger}.device.type == {device!r}"
+        where += f" and {trigger}.device.type == {device!r}"
     if guard is not None:
         # A further scriptable predicate on some arguments (e.g. the kernel's size).
         names.set("_halfpatch_guard", "guard", None, guard)
-        condition = f"({condition}) and _halfpatch_guard({', '.join(guard_arguments)})"
-    source = (
-        f"def {function.__name__}({params}){returns}:\n"
-        f"    if {condition}:\n"
-        f"        _halfpatch_dtype = {trigger}.dtype\n"
-        f"        _halfpatch_out = _halfpatch_original({widened_call})\n"
-        f"        return {result_source}\n"
-        f"    return _halfpatch_original({plain_call})\n"
-    )
+        where += f" and _halfpatch_guard({', '.join(guard_arguments)})"
+    if where:
+        condition = f"({condition}){where}"
+    # The float32 path turns autocast off for the trigger's device (else autocast narrows the
+    # widened arguments again at the first matmul or convolution). TorchScript runs without
+    # autocast and compiles none of it (torch.jit.is_scripting() is resolved when it compiles).
+    source = f"def {function.__name__}({params}){returns}:\n"
+    if half_inputs:
+        source += (
+            f"    if {condition}:\n"
+            f"        _halfpatch_dtype = {trigger}.dtype\n"
+            f"        if not torch.jit.is_scripting():\n"
+            f"            if _halfpatch_autocast_on({trigger}):\n"
+            f"                with _halfpatch_autocast_off({trigger}.device.type):\n"
+            f"                    _halfpatch_out = _halfpatch_original({widened_call})\n"
+            f"                return {result_source}\n"
+            f"        _halfpatch_out = _halfpatch_original({widened_call})\n"
+            f"        return {result_source}\n"
+        )
+    if autocast is not None:
+        # Half reaching the computation through autocast: a float32 trigger, autocast on for its
+        # device in one of the row's half dtypes. The float32 call outside autocast, its outputs
+        # as computed (a kornia function: the reference autocast is held to) or narrowed to
+        # autocast's dtype (a torch op autocast would have returned in it).
+        autocast_condition = (
+            f"_halfpatch_autocast is not None and ({dtype_condition('_halfpatch_autocast', half, is_dtype=True)}){where}")
+        narrow = f"            _halfpatch_dtype = _halfpatch_autocast\n" if autocast == AUTOCAST_NARROW else ""
+        source += (
+            f"    if not torch.jit.is_scripting():\n"
+            f"        _halfpatch_autocast = _halfpatch_autocast_half({trigger})\n"
+            f"        if {autocast_condition}:\n"
+            f"{narrow}"
+            f"            with _halfpatch_autocast_off({trigger}.device.type):\n"
+            f"                _halfpatch_out = _halfpatch_original({widened_call})\n"
+            f"            return {result_source if narrow else '_halfpatch_out'}\n"
+        )
+    source += f"    return _halfpatch_original({plain_call})\n"
     return Plan(function.__name__, source, tuple(names.bindings))
 
 

@@ -134,6 +134,12 @@ class Promote:
     ``kernels``: the torch kernels (``kornia_halfpatch._kernels``) whose missing half CPU kernel
     the row stands in for: the row goes in only where one is missing, and promotes only the
     dtypes of ``half`` that lack one; empty, the row is needed wherever its fix is.
+    ``autocast``: what the row does for a float32 trigger under ``torch.autocast`` in one of its
+    promoted dtypes (half reaches the function through autocast's matmuls and convolutions):
+    ``"float32"``, the float32 call outside autocast, outputs as computed (the default: a kornia
+    function's half arithmetic is as wrong when autocast makes it half); ``"narrow"``, the same
+    narrowed to autocast's dtype; None, the release's autocast path. ``half_inputs``: False for a
+    function whose release refuses half inputs (as 0.9.0 does), which only autocast's half reaches.
     """
 
     candidates: Union[str, Tuple[str, ...]]
@@ -149,6 +155,8 @@ class Promote:
     guard: Optional[str] = None
     guard_arguments: Tuple[str, ...] = ()
     kernels: Tuple[str, ...] = ()
+    autocast: Optional[str] = "float32"
+    half_inputs: bool = True
 
     def promoted_dtypes(self) -> Tuple[str, ...]:
         """The dtypes of ``half`` this torch needs promoted (those without one of ``kernels``)."""
@@ -169,6 +177,8 @@ class Promote:
             device=self.device,
             guard=load(self.guard) if self.guard is not None else None,
             guard_arguments=self.guard_arguments,
+            autocast=self.autocast,
+            half_inputs=self.half_inputs,
         )
 
     def target(self) -> Target:
@@ -187,9 +197,12 @@ class Promote:
 @dataclass(frozen=True)
 class PromoteForKornia(Promote):
     """Row: a torch op computed in float32 for half inputs, for kornia's calls only (module
-    views), optionally only on ``device`` (a device type such as ``"cpu"``)."""
+    views), optionally only on ``device`` (a device type such as ``"cpu"``). Under autocast a
+    torch op is autocast's to decide (``autocast=None``): these ops are not on its lower-precision
+    lists, so a float32 input stays float32."""
 
     device: Optional[str] = None
+    autocast: Optional[str] = None
     scope = SCOPE_KORNIA
 
 

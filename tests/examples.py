@@ -835,6 +835,30 @@ def psnr_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return _in(dtype, first, second) + (1000.0,)
 
 
+def pnp_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """Ten world points 4-6 units in front of a camera (focal 64, centre 32), their projections
+    rounded to half-exact values, and the intrinsics: a well-posed DLT."""
+    g = torch.Generator().manual_seed(81)
+    world = (_rand(g, 1, 10, 3) * 2 - 1 + torch.tensor([0.0, 0.0, 5.0])).bfloat16().float()
+    K = torch.tensor([[[64.0, 0.0, 32.0], [0.0, 64.0, 32.0], [0.0, 0.0, 1.0]]])
+    image = (K @ world.transpose(1, 2)).transpose(1, 2)
+    image = (image[..., :2] / image[..., 2:]).bfloat16().float()
+    return _in(dtype, world, image, K)
+
+
+def filter_response_norm_call(dtype: torch.dtype) -> Tuple[object, torch.Tensor]:
+    """(HyNet's FilterResponseNorm2d(4) with half-exact scale and bias, in ``dtype``, and a
+    (2, 4, 6, 6) activation in [-2, 2])."""
+    from kornia.feature.hynet import FilterResponseNorm2d
+
+    g = torch.Generator().manual_seed(82)
+    module = FilterResponseNorm2d(4)
+    with torch.no_grad():
+        module.weight.copy_((_rand(g, 1, 4, 1, 1) + 0.5).bfloat16())
+        module.bias.copy_((_rand(g, 1, 4, 1, 1) - 0.5).bfloat16())
+    return module.to(dtype), _in(dtype, (_rand(g, 2, 4, 6, 6) * 4 - 2).bfloat16().float())[0]
+
+
 def ms_ssim_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """MS_SSIMLoss() (float32 masks, as built, for half images; float64 masks for float64) and two
     (1, 3, 24, 24) images: a random one and a slightly perturbed copy (small local variances)."""
@@ -1147,6 +1171,8 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "oneway_transfer_error": transfer_error_call,
     "symmetric_transfer_error": transfer_error_call,
     "distort_points": distortion_call,
+    "solve_pnp_dlt": pnp_call,
+    "FilterResponseNorm2d.forward": filter_response_norm_call,
     "LAFOrienter.forward": laf_orienter_call,
     "get_laf_descriptors": laf_descriptors_call,
     "LocalFeature.forward": local_feature_call,

@@ -134,6 +134,8 @@ def example_factory(target):
 def half_rule(target):
     """(the half dtypes the target promotes, its output rules)."""
     if target.row is not None:
+        if not getattr(target.row, "half_inputs", True):
+            return (), target.row.outputs  # the release's answer to half inputs (its error) is kept
         # a kernel-gated row promotes only the half dtypes this torch has no kernel for
         return target.row.promoted_dtypes(), target.row.outputs
     kernels = getattr(target.gate, "kernels", ())
@@ -270,8 +272,9 @@ def test_half_is_the_original_on_widened_inputs_narrowed_once(installed):
             expected = original(*args)
         except (RuntimeError, NotImplementedError):
             continue
-        except TypeError as refused:  # the release's own dtype check (AutoAugment refuses bfloat16)
-            with pytest.raises(TypeError) as raised:
+        except Exception as refused:  # noqa: BLE001 - the release's own dtype check (AutoAugment
+            # refuses bfloat16, solve_pnp_dlt half): the same error, type and message
+            with pytest.raises(type(refused)) as raised:
                 replacement(*args)
             assert str(raised.value) == str(refused), name
             continue
@@ -661,6 +664,10 @@ def test_half_backward_is_the_originals_float32_backward_narrowed_once(installed
         try:
             _, _, expected = gradients(original, factory(HALF_DTYPE_NAMES[name]))
         except (RuntimeError, NotImplementedError):
+            continue
+        except Exception as refused:  # noqa: BLE001 - the release's own dtype check: the same error
+            with pytest.raises(type(refused)):
+                gradients(replacement, factory(HALF_DTYPE_NAMES[name]))
             continue
         if expected is not None:
             _, leaves, got = gradients(replacement, factory(HALF_DTYPE_NAMES[name]))

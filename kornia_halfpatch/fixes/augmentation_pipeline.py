@@ -48,6 +48,7 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
     _reparametrize_module = None
 
 from .._model import Finding, Fix, Target, bug_present, unsupported
+from .._precision import autocast_half, autocast_off, float32_context
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -63,17 +64,17 @@ def _is_geometry(value: Any) -> bool:
     return kind.__name__ in GEOMETRY_CLASSES and kind.__module__.startswith("kornia.geometry")
 
 
-def _first_floating_dtype(value: Any) -> Optional[torch.dtype]:
+def _first_floating_tensor(value: Any) -> Optional[torch.Tensor]:
     if isinstance(value, torch.Tensor):
-        return value.dtype if value.is_floating_point() else None
+        return value if value.is_floating_point() else None
     if isinstance(value, (list, tuple)):
         for item in value:
-            found = _first_floating_dtype(item)
+            found = _first_floating_tensor(item)
             if found is not None:
                 return found
     if isinstance(value, dict):
         for item in value.values():
-            found = _first_floating_dtype(item)
+            found = _first_floating_tensor(item)
             if found is not None:
                 return found
     return None
@@ -227,10 +228,17 @@ def _promoted_call(
 def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple) -> Any:
     """``data``: the data arguments (the image first; AugmentationSequential's ``*args``), whose
     first floating tensor decides; ``args``/``kwargs``: the call as the original receives it."""
-    dtype = _first_floating_dtype(data)
-    if dtype not in HALF_DTYPES:
+    first = _first_floating_tensor(data)
+    if first is None or first.dtype not in HALF_DTYPES:
+        if autocast_half(first) is not None:
+            # Under autocast a float32 image's matrices are composed by half matmuls (bfloat16:
+            # a 256 px affine warp samples 0.4 px off) and its sampling grid built from them: the
+            # float32 call, autocast off (the same parameters: they are drawn in float32).
+            with autocast_off(first.device.type):
+                return original(module, *args, **kwargs)
         return original(module, *args, **kwargs)
-    return _promoted_call(original, module, args, kwargs, data, dtype)
+    with float32_context(first):
+        return _promoted_call(original, module, args, kwargs, data, first.dtype)
 
 
 def build_entry_point(original: Any) -> Any:

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
+from .._precision import autocast_half, autocast_off, float32_context, half_reaching
 
 DESCRIPTOR_SIZE = 128
 SELF_INPUT = ("self", "input")
@@ -59,23 +60,43 @@ def _kornia_check_shape() -> Callable[..., Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# SOSNet / HyNet: LocalResponseNorm in float32 for float16 and bfloat16
+# What reaches the final normalisation decides: a half trunk output (half weights, or autocast's
+# half convolutions on a float32 input), never the input's dtype alone.
+
+
+def _normalization_stays_float32(x: torch.Tensor) -> bool:
+    """The release's float32 forward can run as it is: no half input, and no autocast that would
+    make the trunk half (``kornia_halfpatch._precision``)."""
+    return half_reaching(x) is None
+
+
+def _flat_rows_without_gradient(normalized: torch.Tensor, trunk: torch.Tensor) -> torch.Tensor:
+    """``normalized`` with no gradient through the rows whose trunk output is exactly zero (a flat
+    patch through bias-free convolutions and untrained normalisation). There every value is the
+    guard's (0, or LocalResponseNorm's 1/sqrt(n)), and the float32 derivative is 1/eps-sized
+    (1e10-1e12 times the upstream gradient): narrowed to float16 it is Inf, and Inf times the
+    zero activations below is NaN in every weight gradient. The float32 weight gradients there
+    are 0 (the activations are 0); this gives that 0 (0.9.0's flat-patch gradient) and leaves
+    every other row's gradient the float32 one, narrowed once."""
+    flat = (trunk == 0).flatten(1).all(1)
+    shape = [flat.shape[0]] + [1] * (normalized.dim() - 1)
+    return torch.where(flat.view(shape), normalized.detach(), normalized)
 
 
 def build_sosnet_forward(original: Any) -> Any:
     check_shape = _kornia_check_shape()
 
     def forward(self, input: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
-        half = input.dtype == torch.float16 or input.dtype == torch.bfloat16
         if not torch.jit.is_scripting():
-            if not half:
+            if _normalization_stays_float32(input):
                 return original(self, input, eps)
         check_shape(input, ["B", "1", "32", "32"])
         descr = self.layers(input)
-        if half:
+        if descr.dtype == torch.float16 or descr.dtype == torch.bfloat16:
             # The guard is added in float32 (1e-10 flushes to 0 in float16) and the norm runs in
-            # float32 (no CPU half avg_pool3d kernel); one rounding back to the input dtype.
-            descr = self.desc_norm(descr.float() + eps).to(descr.dtype)
+            # float32 (no CPU half avg_pool3d kernel); one rounding back to the trunk's dtype.
+            wide = self.desc_norm(descr.float() + eps)
+            descr = _flat_rows_without_gradient(wide, descr).to(descr.dtype)
         else:
             descr = self.desc_norm(descr + eps)
         descr = descr.view(descr.size(0), -1)
@@ -86,9 +107,8 @@ def build_sosnet_forward(original: Any) -> Any:
 
 def build_hynet_forward(original: Any) -> Any:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        half = x.dtype == torch.float16 or x.dtype == torch.bfloat16
         if not torch.jit.is_scripting():
-            if not half:
+            if _normalization_stays_float32(x):
                 return original(self, x)
         x = self.layer1(x)
         x = self.layer2(x)
@@ -97,12 +117,39 @@ def build_hynet_forward(original: Any) -> Any:
         x = self.layer5(x)
         x = self.layer6(x)
         x = self.layer7(x)
-        if half:
-            x = self.desc_norm(x.float() + self.eps_l2_norm).to(x.dtype)
+        if x.dtype == torch.float16 or x.dtype == torch.bfloat16:
+            wide = self.desc_norm(x.float() + self.eps_l2_norm)
+            x = _flat_rows_without_gradient(wide, x).to(x.dtype)
         else:
             x = self.desc_norm(x + self.eps_l2_norm)
         x = x.view(x.size(0), -1)
         return x
+
+    return forward
+
+
+def build_filter_response_norm_forward(original: Any) -> Any:
+    """HyNet's FilterResponseNorm2d in float32 for a half input (0.9.0's: its float16 run of it
+    gave HyNet's weight gradients twice the float32 ones' error, 0.15 against 0.077 of their
+    scale): x * rsqrt(E[x^2] + |eps|) squares the activations (past float16's range for |x| > 256)
+    and its backward divides by the root again. The half module's parameters meet the widened
+    input in float32 (type promotion, exact); one rounding back. Written out (the release's
+    forward, the same in 0.7.0-0.8.3): HyNet scripts with it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if not (isinstance(x, torch.Tensor) and (x.dtype == torch.float16 or x.dtype == torch.bfloat16)):
+                return original(self, x)
+        dtype = x.dtype
+        if dtype == torch.float16 or dtype == torch.bfloat16:
+            x = x.float()
+        nu2 = x.pow(2).mean(dim=[2, 3], keepdim=True)
+        x = x * torch.rsqrt(nu2 + self.eps.abs())
+        if self.is_scale:
+            x = self.weight * x
+        if self.is_bias:
+            x = x + self.bias
+        return x.to(dtype)
 
     return forward
 
@@ -115,17 +162,16 @@ def build_hardnet_forward(original: Any) -> Any:
     check_shape = _kornia_check_shape()
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        float16 = input.dtype == torch.float16
         if not torch.jit.is_scripting():
-            if not float16:
+            if half_reaching(input) != torch.float16:
                 return original(self, input)
         check_shape(input, ["B", "1", "32", "32"])
         x_norm: torch.Tensor = self._normalize_input(input)
         x_features: torch.Tensor = self.features(x_norm)
         x_out = x_features.view(x_features.size(0), -1)
-        if float16:
+        if x_out.dtype == torch.float16:
             # eps=1e-12 is 0 in float16: a zero vector would give 0/0.
-            return F.normalize(x_out.float(), dim=1).to(x_out.dtype)
+            return _flat_rows_without_gradient(F.normalize(x_out.float(), dim=1), x_out).to(x_out.dtype)
         return F.normalize(x_out, dim=1)
 
     return forward
@@ -135,9 +181,8 @@ def build_hardnet8_forward(original: Any) -> Any:
     check_shape = _kornia_check_shape()
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        float16 = input.dtype == torch.float16
         if not torch.jit.is_scripting():
-            if not float16:
+            if half_reaching(input) != torch.float16:
                 return original(self, input)
         check_shape(input, ["B", "1", "32", "32"])
         x_norm: torch.Tensor = self._normalize_input(input)
@@ -145,10 +190,10 @@ def build_hardnet8_forward(original: Any) -> Any:
         mean: torch.Tensor = torch.jit.annotate(torch.Tensor, self.mean)
         components: torch.Tensor = torch.jit.annotate(torch.Tensor, self.components)
         x_flat = x_features.view(x_features.size(0), -1)
-        if float16:
-            x_prePCA = F.normalize(x_flat.float()).to(x_flat.dtype)
+        if x_flat.dtype == torch.float16:
+            x_prePCA = _flat_rows_without_gradient(F.normalize(x_flat.float()), x_flat).to(x_flat.dtype)
             pca = torch.mm(x_prePCA - mean, components)
-            return F.normalize(pca.float(), dim=1).to(pca.dtype)
+            return _flat_rows_without_gradient(F.normalize(pca.float(), dim=1), pca).to(pca.dtype)
         x_prePCA = F.normalize(x_flat)
         pca = torch.mm(x_prePCA - mean, components)
         return F.normalize(pca, dim=1)
@@ -196,6 +241,18 @@ def _orientation_bins(module: Any, mag: torch.Tensor, ori: torch.Tensor, pi: Any
     )
 
 
+def _release_forward(original: Any, module: Any, input: torch.Tensor) -> torch.Tensor:
+    """The release's forward; under autocast (a float32 patch, half convolutions inside) with
+    autocast off: the float32 call itself. Autocast's float16 gradients and magnitudes meet the
+    same 1e-10 guards as a float16 patch (all-NaN descriptors of a flat patch), and in bfloat16
+    the orientation bins of a textured patch move (0.025 off); the float32 call is the reference
+    autocast is held to, and costs one descriptor's float32 time."""
+    if autocast_half(input) is not None:
+        with autocast_off(input.device.type):
+            return original(module, input)
+    return original(module, input)
+
+
 def build_sift_forward(original: Any) -> Any:
     names = _release_names(original)
 
@@ -221,9 +278,10 @@ def build_sift_forward(original: Any) -> Any:
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if isinstance(input, torch.Tensor) and input.dtype == torch.float16:
             # Every guard (1e-10) is 0 in float16: all-NaN descriptors of a flat patch. In
-            # float32, narrowed once.
-            return float32_forward(self, input.float()).to(torch.float16)
-        return original(self, input)
+            # float32 (autocast off: its convolutions would be half again), narrowed once.
+            with float32_context(input):
+                return float32_forward(self, input.float()).to(torch.float16)
+        return _release_forward(original, self, input)
 
     return forward
 
@@ -250,8 +308,9 @@ def build_dense_sift_forward(original: Any) -> Any:
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if isinstance(input, torch.Tensor) and input.dtype == torch.float16:
-            return float32_forward(self, input.float()).to(torch.float16)
-        return original(self, input)
+            with float32_context(input):
+                return float32_forward(self, input.float()).to(torch.float16)
+        return _release_forward(original, self, input)
 
     return forward
 
@@ -320,7 +379,25 @@ def probe(originals: Sequence[Any]) -> Finding:
         got = build(original)(stub, patch.half())
         if got.dtype != torch.float16 or not torch.equal(got, original(stub, patch).half()):
             return unsupported(f"{original.__qualname__} computes differently from the releases this fix knows")
+    frn_forward = originals[len(originals) - 1]
+    if frn_forward is not None and not _filter_response_norm_as_written(frn_forward):
+        return unsupported(f"{frn_forward.__qualname__} computes differently from the releases this fix knows")
     return bug_present()
+
+
+def _filter_response_norm_as_written(original: Any) -> bool:
+    """The written-out FilterResponseNorm2d forward computes what the release's does: on a module
+    with half-representable parameters, its float16 result is the release's float32 one narrowed."""
+    from kornia.feature.hynet import FilterResponseNorm2d
+
+    generator = torch.Generator().manual_seed(5)
+    module = FilterResponseNorm2d(3)
+    with torch.no_grad():
+        module.weight.copy_(torch.rand(module.weight.shape, generator=generator).half().float() + 0.5)
+        module.bias.copy_(torch.rand(module.bias.shape, generator=generator).half().float() - 0.5)
+    x = (torch.rand(2, 3, 4, 4, generator=generator) * 4 - 2).half()
+    got = build_filter_response_norm_forward(original)(module.half(), x)
+    return got.dtype == torch.float16 and torch.equal(got, original(module.float(), x.float()).half())
 
 
 FIX = Fix(
@@ -335,7 +412,12 @@ FIX = Fix(
         Target(("kornia.feature.hardnet:HardNet8.forward",), build_hardnet8_forward, SELF_INPUT, optional=True,
                reason="both float16 L2 normalizations in float32, as HardNet"),
     )
-    + SIFT_TARGETS,
+    + SIFT_TARGETS
+    + (Target(("kornia.feature.hynet:FilterResponseNorm2d.forward",), build_filter_response_norm_forward, ("self", "x"),
+              optional=True,
+              reason="HyNet's FilterResponseNorm in float32 for half activations (0.9.0's): x * rsqrt(E[x^2] + |eps|) "
+                     "squares the activations and its backward divides by the root: float16 weight gradients twice the "
+                     "float32 ones' error"),),
     probe=probe,
     demonstration="kornia_halfpatch.demos.feature_descriptors:demonstrate",
 )

@@ -45,6 +45,7 @@ from torch._jit_internal import BroadcastingList2
 
 from .. import _options as options_manifest
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
+from .._precision import autocast_half, autocast_off, autocast_on
 from .._torch_compat import cpu_capabilities
 
 HANG = options_manifest.FILTERS_CONV_HANG  # KORNIA_HALFPATCH_FILTERS_CONV_HANG: auto, on, off
@@ -79,6 +80,9 @@ FILTER_ROW = Promote(
     guard=f"{__name__}:large_kernel",
     guard_arguments=("kernel",),
     expects_parameters=("input", "kernel"),
+    # Under float16 autocast the filter's convolution is the same hang: in float32 with autocast
+    # off, narrowed to float16 as autocast returns it.
+    autocast="narrow",
 )
 # 0.8.3's ScalePyramid blurs with its own two depthwise F.conv2d calls (1xk, then kx1) on a
 # precomputed 1-D kernel, not through filter2d.
@@ -92,6 +96,7 @@ PYRAMID_ROW = Promote(
     guard_arguments=("kernel",),
     expects_parameters=("self", "x", "kernel"),
     optional=True,
+    autocast="narrow",
 )
 
 
@@ -111,6 +116,22 @@ def hang_prone_conv(input: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
+def hang_prone_under_autocast(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """A float32 CPU convolution that autocast runs in float16, of a hang-prone shape
+    (``hang_prone_conv``): MS_SSIMLoss, blur_pool2d or a large filter2d of a float32 image under
+    ``torch.autocast("cpu", dtype=torch.float16)``."""
+    return (
+        input.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and input.device.type == "cpu"
+        and autocast_half(input) == torch.float16
+        and weight.dim() == 4
+        and weight.shape[1] == 1
+        and weight.shape[0] >= 2
+        and (weight.shape[-1] >= HANG_KERNEL_SIDE or weight.shape[-2] >= HANG_KERNEL_SIDE)
+    )
+
+
 CONV2D_SOURCE = """
 def conv2d(
     input: torch.Tensor,
@@ -126,7 +147,17 @@ def conv2d(
         wide_bias: Optional[torch.Tensor] = None
         if bias is not None:
             wide_bias = bias.float()
+        if not torch.jit.is_scripting():
+            if autocast_on(input):
+                with autocast_off(input.device.type):
+                    return _halfpatch_original(input.float(), weight.float(), wide_bias, stride, padding, dilation, groups).to(_d)
         return _halfpatch_original(input.float(), weight.float(), wide_bias, stride, padding, dilation, groups).to(_d)
+    if not torch.jit.is_scripting():
+        if {autocast_hang}:
+            # float32 tensors that autocast would convolve in float16: the same hang. In float32
+            # with autocast off, narrowed to float16 as autocast returns it.
+            with autocast_off(input.device.type):
+                return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups).to(torch.float16)
     return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups)
 """
 
@@ -142,12 +173,15 @@ def build_conv2d(original: Any) -> Any:
     from .._kernels import lacking
 
     no_kernel = lacking(("conv2d",))
+    hang = _hang_finding().needed
     source = CONV2D_SOURCE.format(
-        hang="hang_prone_conv(input, weight)" if _hang_finding().needed else "False",
+        hang="hang_prone_conv(input, weight)" if hang else "False",
         no_kernel=dtype_condition("input", no_kernel) if no_kernel else "False",
+        autocast_hang="hang_prone_under_autocast(input, weight)" if hang else "False",
     )
     namespace = {"torch": torch, "Optional": Optional, "BroadcastingList2": BroadcastingList2,
-                 "hang_prone_conv": hang_prone_conv, "_halfpatch_original": original}
+                 "hang_prone_conv": hang_prone_conv, "hang_prone_under_autocast": hang_prone_under_autocast,
+                 "autocast_on": autocast_on, "autocast_off": autocast_off, "_halfpatch_original": original}
     conv2d = define(source, "conv2d", namespace, "filters_conv_hang torch.nn.functional:conv2d")
     conv2d.__doc__ = original.__doc__
     conv2d.__module__ = __name__  # the engine gives it the original's identity when installing

@@ -27,6 +27,7 @@ from .._codegen import python_function_of
 from .._model import (
     Finding, Fix, Promote, Target, WidenDtypes, bug_present, load, not_needed, table, unsupported,
 )
+from .._precision import autocast_half, autocast_off, autocast_on, leave_autocast
 
 
 
@@ -284,6 +285,10 @@ ROWS = (
     _row("kornia.geometry.homography:symmetric_transfer_error",
          f"{TWO_VIEW}: both one-way errors and the inverse homography in half (float16: Inf H gradients where "
          "float32's fit, point gradients 148 ulps off): in float32, narrowed once"),
+    _row("kornia.geometry.calibration.pnp:solve_pnp_dlt",
+         "under autocast the normalisations and the DLT system are half matmul products, then det has no half CPU "
+         "kernel ('lu_cpu') and the system's null space is far in half: the float32 call; half inputs keep the "
+         "release's dtype error (0.9.0 refuses them too)", half_inputs=False),
     _row("kornia.geometry.calibration.distort:distort_points",
          "the normalised coordinates (u - cx) / f and the radial polynomial's powers round in half before the "
          "distortion is scaled back to pixels (K gradients 24 float16 / 11 bfloat16 ulps off): in float32, "
@@ -426,6 +431,12 @@ def build_normalize_homography(original: Any) -> Any:
     def normalize_homography(
         dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
     ) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if leave_autocast(dst_pix_trans_src_pix):
+                # Autocast would make the normalisation's matmuls half again: the same call with
+                # autocast off (a float32 matrix: the float32 call outside autocast).
+                with autocast_off(dst_pix_trans_src_pix.device.type):
+                    return normalize_homography(dst_pix_trans_src_pix, dsize_src, dsize_dst)
         if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
             widened = dst_pix_trans_src_pix.float()
             if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
@@ -441,6 +452,12 @@ def build_denormalize_homography(original: Any) -> Any:
     def denormalize_homography(
         dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int], dsize_dst: Tuple[int, int]
     ) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if leave_autocast(dst_pix_trans_src_pix):
+                # Autocast would make the normalisation's matmuls half again: the same call with
+                # autocast off (a float32 matrix: the float32 call outside autocast).
+                with autocast_off(dst_pix_trans_src_pix.device.type):
+                    return denormalize_homography(dst_pix_trans_src_pix, dsize_src, dsize_dst)
         if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
             widened = dst_pix_trans_src_pix.float()
             if min(dsize_src[0], dsize_src[1], dsize_dst[0], dsize_dst[1]) != 1:
@@ -456,6 +473,12 @@ def build_normalize_homography3d(original: Any) -> Any:
     def normalize_homography3d(
         dst_pix_trans_src_pix: torch.Tensor, dsize_src: Tuple[int, int, int], dsize_dst: Tuple[int, int, int]
     ) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if leave_autocast(dst_pix_trans_src_pix):
+                # Autocast would make the normalisation's matmuls half again: the same call with
+                # autocast off (a float32 matrix: the float32 call outside autocast).
+                with autocast_off(dst_pix_trans_src_pix.device.type):
+                    return normalize_homography3d(dst_pix_trans_src_pix, dsize_src, dsize_dst)
         if isinstance(dst_pix_trans_src_pix, torch.Tensor) and _is_half(dst_pix_trans_src_pix.dtype):
             widened = dst_pix_trans_src_pix.float()
             if min(dsize_src[0], dsize_src[1], dsize_src[2], dsize_dst[0], dsize_dst[1], dsize_dst[2]) != 1:
@@ -573,7 +596,17 @@ def build_ms_ssim_forward(original: Any) -> Any:
     def forward(self, img1: torch.Tensor, img2: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():
             if not (isinstance(img1, torch.Tensor) and isinstance(img2, torch.Tensor) and _is_half(img1.dtype)):
+                if autocast_half(img1) is not None:
+                    # Under autocast the 33x33 depthwise convolutions of the float32 images run in
+                    # half (in float16 they never return on avx512_fp16 CPUs: oneDNN's hang) and
+                    # the variances cancel as for half images: the float32 loss, autocast off
+                    # (kornia 0.9.0 computes this loss in float32).
+                    with autocast_off(img1.device.type):
+                        return original(self, img1, img2)
                 return original(self, img1, img2)
+            if autocast_on(img1):
+                with autocast_off(img1.device.type):
+                    return forward(self, img1, img2)
         # The release's forward (the same in 0.7.0-0.8.3), written out so that TorchScript compiles
         # the half path too; full precision computes exactly what the release computes.
         if not len(img1.shape) == len(img2.shape):

@@ -47,6 +47,7 @@ from typing import Any, Sequence, Tuple
 import torch
 
 from .._model import Finding, Fix, Promote, Target, bug_present, not_needed, table
+from .._precision import float32_call_under_autocast, float32_context
 
 
 
@@ -144,7 +145,7 @@ AFFINE_PARAMETERS = ("translation", "center", "scale_factor", "angle", "shear")
 def build_affine_forward(original: Any) -> Any:
     def forward(self, input):
         if not (isinstance(input, torch.Tensor) and _is_half(input)):
-            return original(self, input)
+            return float32_call_under_autocast(original, input, self, input)
         # The release requires the parameters in the input's dtype, so a half call holds half
         # parameters: they are widened (exactly) on a shallow copy, the matrix and the warp run
         # in float32 (as the rotate/translate/... rows do), and the instance is left untouched.
@@ -153,7 +154,8 @@ def build_affine_forward(original: Any) -> Any:
             value = getattr(self, name, None)
             if isinstance(value, torch.Tensor) and _is_half(value):
                 object.__setattr__(widened, name, value.float())
-        return original(widened, input.float()).to(input.dtype)
+        with float32_context(input):
+            return original(widened, input.float()).to(input.dtype)
 
     return forward
 
@@ -166,13 +168,14 @@ def build_precompute_warp_grid(original: Any) -> Any:
     def precompute_warp_grid(self, src_homo_dst):
         if not (isinstance(src_homo_dst, torch.Tensor) and _is_half(src_homo_dst)):
             _FLOAT32_GRIDS.pop(self, None)
-            return original(self, src_homo_dst)
+            return float32_call_under_autocast(original, src_homo_dst, self, src_homo_dst)
         # The module's meshgrid is float32; the release transforms it by the half homography and
         # keeps the grid in half (0.125 px steps near 180 px in float16, 1 px in bfloat16), so the
         # precomputed path sampled elsewhere than the direct one (0.03 apart in float16, 0.24 in
         # bfloat16 on kornia's own test). The grid in float32 from the widened homography: stored
         # narrowed as the release stores it, and kept aside in float32 for forward.
-        original(self, src_homo_dst.float())
+        with float32_context(src_homo_dst):
+            original(self, src_homo_dst.float())
         wide = self._warped_grid
         self._warped_grid = wide.to(src_homo_dst.dtype)
         _FLOAT32_GRIDS[self] = (self._warped_grid, wide)
@@ -184,7 +187,7 @@ def build_precompute_warp_grid(original: Any) -> Any:
 def build_homography_warper_forward(original: Any) -> Any:
     def forward(self, patch_src, src_homo_dst=None):
         if not (isinstance(patch_src, torch.Tensor) and _is_half(patch_src)):
-            return original(self, patch_src, src_homo_dst)
+            return float32_call_under_autocast(original, patch_src, self, patch_src, src_homo_dst)
         warper = self
         grid = self._warped_grid
         if src_homo_dst is None and grid is not None and _is_half(grid):
@@ -195,7 +198,8 @@ def build_homography_warper_forward(original: Any) -> Any:
             warper = copy.copy(self)
             object.__setattr__(warper, "_warped_grid", kept[1] if kept is not None and kept[0] is grid else grid.float())
         homography = src_homo_dst.float() if src_homo_dst is not None and _is_half(src_homo_dst) else src_homo_dst
-        return original(warper, patch_src.float(), homography).to(patch_src.dtype)
+        with float32_context(patch_src):
+            return original(warper, patch_src.float(), homography).to(patch_src.dtype)
 
     return forward
 

@@ -1,0 +1,137 @@
+"""Which half dtype reaches a computation: the input's own, or the one ``torch.autocast`` gives it.
+
+Every fix asks one question before it acts: will float16/bfloat16 arithmetic reach this
+computation? A half tensor passed in is one way. ``torch.autocast`` is the other, and the common
+one: the caller's tensors are float32, and autocast runs the convolutions, matmuls and linear
+layers *inside* kornia in its half dtype, so a kornia function whose half arithmetic is wrong
+(an epsilon that is 0 in float16, a variance that cancels, a matrix product of pixel
+coordinates) meets half values it never saw as an input. A fix keyed on the input dtype alone is
+blind to that.
+
+So a fix asks ``half_reaching(x)``: ``x``'s own half dtype, else the half dtype autocast is on
+with for ``x``'s device type when ``x`` is float32 (the only dtype autocast narrows), else None.
+Where the answer comes from autocast, the fix runs the release's function on float32 with
+autocast off for that device type (``autocast_off``): the float32 call outside autocast, which is
+autocast's own reference, bit for bit. A float32 computation that autocast leaves in float32
+(nothing in it is on autocast's lower-precision list) runs the same with autocast off, so it is
+never changed.
+
+The functions here are plain torch calls without exception handlers: dynamo traces them
+(``torch.compile(fullgraph=True)``: the autocast state is a guard, a constant in the graph).
+TorchScript runs scripted code without autocast (its interpreter computes in the dtypes it is
+given, measured: a scripted matmul under CPU autocast stays float32), so scripted callers skip
+this branch (``torch.jit.is_scripting()``) and see the release's code.
+
+Which API reads autocast's state is chosen once per torch: ``torch.is_autocast_enabled(device)``
+and ``torch.get_autocast_dtype(device)`` from torch 2.4; before, one function per device type
+(``is_autocast_cpu_enabled``/``get_autocast_cpu_dtype``, ``is_autocast_enabled``/
+``get_autocast_gpu_dtype`` for CUDA).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Optional
+
+import torch
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def is_half(dtype: torch.dtype) -> bool:
+    return dtype == torch.float16 or dtype == torch.bfloat16
+
+
+def _takes_device_type() -> bool:
+    get = getattr(torch, "get_autocast_dtype", None)
+    if get is None:
+        return False
+    try:
+        torch.is_autocast_enabled("cpu")
+    except TypeError:
+        return False
+    return True
+
+
+if _takes_device_type():
+
+    def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+        """The dtype autocast computes its lower-precision ops in on ``device_type`` in this
+        thread, or None where autocast is off there."""
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+
+else:  # torch < 2.4: one function per device type (CPU and CUDA; others have no autocast here)
+
+    def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+        """The dtype autocast computes its lower-precision ops in on ``device_type`` in this
+        thread, or None where autocast is off there."""
+        if device_type == "cpu":
+            if torch.is_autocast_cpu_enabled():
+                return torch.get_autocast_cpu_dtype()
+            return None
+        if device_type == "cuda":
+            if torch.is_autocast_enabled():
+                return torch.get_autocast_gpu_dtype()
+            return None
+        return None
+
+
+def autocast_half(x: Any) -> Optional[torch.dtype]:
+    """The half dtype autocast gives ``x``'s computations: ``x`` a float32 tensor on a device
+    type where autocast is on with float16 or bfloat16; else None (float64, integers and half
+    tensors are not narrowed by autocast; a half tensor answers for itself)."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        return None
+    dtype = autocast_dtype(x.device.type)
+    if dtype is None or not is_half(dtype):
+        return None
+    return dtype
+
+
+def half_reaching(x: Any) -> Optional[torch.dtype]:
+    """The half dtype that reaches a computation on ``x``: its own, or autocast's; else None."""
+    if isinstance(x, torch.Tensor) and is_half(x.dtype):
+        return x.dtype
+    return autocast_half(x)
+
+
+def autocast_on(x: Any) -> bool:
+    """Whether autocast is on (any dtype) for ``x``'s device type: a float32 computation of a half
+    input must then turn it off, or autocast narrows its matmuls and convolutions again."""
+    return isinstance(x, torch.Tensor) and autocast_dtype(x.device.type) is not None
+
+
+def leave_autocast(x: Any) -> bool:
+    """Whether a computation on ``x`` must turn autocast off to be the float32 one: autocast is on
+    for ``x``'s device and half reaches it (``x`` half, computed in float32 by the fix; or ``x``
+    float32 and autocast's dtype half)."""
+    if not isinstance(x, torch.Tensor):
+        return False
+    if is_half(x.dtype):
+        return autocast_on(x)
+    return autocast_half(x) is not None
+
+
+def autocast_off(device_type: str) -> Any:
+    """A context in which autocast is off for ``device_type`` (the rest of its state as it was)."""
+    return torch.autocast(device_type, enabled=False)
+
+
+def float32_context(x: Any) -> Any:
+    """Where a half input is computed in float32: autocast off for ``x``'s device type if it is on
+    there (else autocast narrows the widened tensors again), else nothing."""
+    if autocast_on(x):
+        return autocast_off(x.device.type)
+    return contextlib.nullcontext()
+
+
+def float32_call_under_autocast(function: Any, x: Any, *args: Any) -> Any:
+    """``function(*args)``, with autocast off where it would make ``x``'s computation half (a
+    float32 ``x`` under autocast in a half dtype): the float32 call outside autocast. Eager code
+    only (hand-written replacements that TorchScript never compiles)."""
+    if autocast_half(x) is not None:
+        with autocast_off(x.device.type):
+            return function(*args)
+    return function(*args)
