@@ -431,8 +431,7 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
 
     try:
         with probe_state():
-            if fix.configure is not None:
-                fix.configure(given)
+            _configure(fix, given)
             resolved, finding = _gate(fix, kornia_version, given)
             gated = _gate_rows(fix, resolved)
             status = _status(fix.name, finding)
@@ -451,6 +450,46 @@ def _evaluate(fix: Fix, given: Dict[str, Any], kornia_version: Optional[str], no
             notes.append(f"kornia_halfpatch: {fix.name} skipped: {finding.reason}")
         logger.info("%s skipped: %s", fix.name, finding.reason)
     return _Evaluated(fix, given, status, resolved, replacements)
+
+
+# The apply() options each fix's configure() was last given: a fix keeps them in its module (the
+# mode networks_cpu_half resolves, warp_sampling's workaround), installed or not, so a block that
+# configures a fix with options must give it its previous ones back (configured_options() before,
+# reconfigure() after), or the next apply() and status() read the block's.
+_configured: Dict[str, Dict[str, Any]] = {}
+
+
+def _configure(fix: Fix, given: Dict[str, Any]) -> None:
+    if fix.configure is not None:
+        fix.configure(given)
+        _configured[fix.name] = dict(given)
+
+
+def configured_options() -> Dict[str, Dict[str, Any]]:
+    """What each fix's configure() was last given (a fix never configured is absent)."""
+    with lock:
+        return {name: dict(given) for name, given in _configured.items()}
+
+
+def reconfigure(configured: Dict[str, Dict[str, Any]]) -> None:
+    """Give every fix with a configure() the options of ``configured`` (a ``configured_options()``
+    of before; a fix absent there gets none: its defaults) where it was given others since. A fix
+    whose configure() raises keeps what it has (its next apply() reports it)."""
+    with lock:
+        for fix in registry():
+            if fix.configure is None:
+                continue
+            wanted = configured.get(fix.name, {})
+            if _configured.get(fix.name, {}) == wanted and (fix.name in _configured) == (fix.name in configured):
+                continue
+            try:
+                fix.configure(dict(wanted))
+            except Exception:  # noqa: BLE001 - the shim never raises into the caller's code
+                continue
+            if fix.name in configured:
+                _configured[fix.name] = dict(wanted)
+            else:
+                _configured.pop(fix.name, None)
 
 
 def _mark_applied(status: FixStatus) -> None:
@@ -512,8 +551,7 @@ def _reused(fix: Fix, given: Dict[str, Any], kept: Any) -> Optional[_Evaluated]:
         if now is None or now[0] is not found[0] or now[1] != found[1] or now[2] is not found[2]:
             return None
     try:
-        if fix.configure is not None:
-            fix.configure(given)
+        _configure(fix, given)
     except Exception:  # noqa: BLE001 - evaluated again, which reports it
         return None
     status = FixStatus(fix.name, verdict, reason)
@@ -747,6 +785,7 @@ def patched(
     with lock:
         before = set(applied_fixes())
         previous = {name: dict(state.options_of(name) or {}) for name in before}
+        configured = configured_options()
         # One scan of the modules for the apply and the undo (BindingIndex.resume).
         with one_index() as index:
             report = apply(only, exclude, **options)
@@ -760,6 +799,7 @@ def patched(
             for name in changed:
                 revert([name])
                 apply_without_report([name], None, previous[name])
+            reconfigure(configured)
 
 
 @contextlib.contextmanager
@@ -773,15 +813,18 @@ def unpatched(names: Optional[Iterable[str]] = None) -> Iterator[None]:
             options.update(state.options_of(name) or {})
         # Restored as they went in (their gates' and probes' answers of then), not evaluated again.
         kept = installed_evaluations(removed)
+        configured = configured_options()
         # One scan of the modules for the revert and the re-apply (BindingIndex.resume).
         with one_index() as index:
             revert(removed)
     try:
         yield
     finally:
-        if removed:
-            with lock, one_index(resume=index):
-                apply_without_report(removed, None, options, reuse=kept)  # nobody reads this report
+        with lock:
+            if removed:
+                with one_index(resume=index):
+                    apply_without_report(removed, None, options, reuse=kept)  # nobody reads this report
+            reconfigure(configured)
 
 
 def _report() -> Report:

@@ -23,11 +23,16 @@ from ._bindings import BindingIndex
 from ._model import Fix, FixStatus, Report, Target
 
 
-def _snapshot() -> Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus], Dict[str, Any]]:
+Snapshot = Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus], Dict[str, Any], Dict[str, Dict[str, Any]]]
+
+
+def _snapshot() -> Snapshot:
+    """(the installed fixes, their options, every fix's status, the installed fixes' evaluations,
+    the options every fix was last configured with, installed or not)."""
     with state.lock:
         applied = _engine.applied_fixes()
         options = {name: dict(state.options_of(name) or {}) for name in applied}
-        return applied, options, state.statuses(), _engine.installed_evaluations(applied)
+        return applied, options, state.statuses(), _engine.installed_evaluations(applied), _engine.configured_options()
 
 
 def _option_groups(
@@ -62,12 +67,8 @@ def _installed_originals() -> List[Any]:
         return [entry.original for _, entry in state.every_entry()]
 
 
-def _restore(
-    snapshot: Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]], Dict[str, FixStatus], Dict[str, Any]],
-    originals: Iterable[Any] = (),
-    index: Optional[BindingIndex] = None,
-) -> None:
-    applied, options, statuses, evaluations = snapshot
+def _restore(snapshot: Snapshot, originals: Iterable[Any] = (), index: Optional[BindingIndex] = None) -> None:
+    applied, options, statuses, evaluations, configured = snapshot
     # One scan of the modules for the revert and every apply (no user code runs between them),
     # or none: the scan of the block's start, brought up to date.
     with state.lock, _engine.one_index(originals, resume=index):
@@ -80,12 +81,16 @@ def _restore(
         for name, status in statuses.items():
             if name not in applied:
                 state.set_status(name, status)
+        # A fix the block configured and that is not back (installed before, or not), keeps
+        # the block's options in its module otherwise: the next apply() would read them.
+        _engine.reconfigure(configured)
 
 
 @contextlib.contextmanager
 def preserved() -> Iterator[None]:
     """Whatever the block applies or reverts, the shim is as before afterwards: the same fixes,
-    with the same options, and the same statuses for the others."""
+    with the same options, the same statuses for the others, and every fix configured with the
+    options it had."""
     snapshot = _snapshot()
     originals = _installed_originals()
     try:
@@ -97,7 +102,9 @@ def preserved() -> Iterator[None]:
 @contextlib.contextmanager
 def isolated(only: Optional[Iterable[str]] = None, **options: Any) -> Iterator[Report]:
     """Exactly the ``only`` fixes applied (every needed one if ``None``; none for ``()``) for the
-    block, configured by ``options``; the previous state restored afterwards."""
+    block, configured by ``options``; the previous state restored afterwards, every fix's options
+    included (a fix the block configured and that was not installed before is given its previous
+    options again)."""
     snapshot = _snapshot()
     originals = _installed_originals()
     index: Optional[BindingIndex] = None

@@ -1,5 +1,6 @@
 """The patch engine: idempotence, undo, alias coverage, import orders, threads, gating."""
 
+import contextlib
 import importlib
 import json
 import sys
@@ -602,6 +603,69 @@ def test_preserved_restores_every_fix_with_its_own_options_in_as_few_applies_as_
         assert {name: _installed.options_of(name) for name in _engine.applied_fixes()} == {
             "first": {"shared": 1}, "second": {"own": 2}, "third": {"shared": 3}
         }
+
+
+def configured_only_fix(name, attribute, state):
+    """A fix taking the option "mode" whose probe never finds its bug (it is configured, never
+    installed, like networks_cpu_half on a CPU with native half): ``state["mode"]`` is what its
+    configure() was last given, as a fix keeps its options in its module."""
+
+    def configure(given):
+        state["mode"] = given.get("mode", "default")
+
+    return _model.Fix(name=name, targets=(passthrough_target(attribute),), options=("mode",), configure=configure,
+                      probe=lambda originals: _model.not_needed("stand-in"), probe_cache=False)
+
+
+@needs_old_kornia
+@pytest.mark.parametrize("block", ["isolated", "patched", "preserved"])
+def test_a_block_gives_every_fix_its_options_back_installed_or_not(block):
+    """A fix the block configured that ends up not installed (its probe finds no bug) keeps its
+    module's options; leaving the block gives it the ones it had, so two blocks in a row with
+    different options each see only their own, and the next apply() the caller's."""
+    state = {}
+    fix = configured_only_fix("moded", "tanhshrink", state)
+
+    def enter(mode):
+        if block == "isolated":
+            return testing.isolated(only=["moded"], mode=mode)
+        if block == "patched":
+            return kornia_halfpatch.patched(only=["moded"], mode=mode)
+
+        @contextlib.contextmanager
+        def preserving():
+            with testing.preserved():
+                kornia_halfpatch.apply(only=["moded"], mode=mode)
+                yield
+
+        return preserving()
+
+    with testing.use_fixes([fix]):
+        kornia_halfpatch.apply(only=["moded"])
+        assert state["mode"] == "default" and "moded" not in _engine.applied_fixes()
+        with enter("first"):
+            assert state["mode"] == "first"
+        assert state["mode"] == "default"
+        with enter("second"):
+            assert state["mode"] == "second"
+        assert state["mode"] == "default"
+        with kornia_halfpatch.unpatched():
+            kornia_halfpatch.apply(only=["moded"], mode="inside")
+            assert state["mode"] == "inside"
+        assert state["mode"] == "default"
+
+
+@needs_old_kornia
+def test_isolated_gives_networks_cpu_half_its_mode_back():
+    """The real fix that keeps its option in its module: a block forcing cpu_half leaves the
+    caller's mode (auto, or the variable) in force after it, whatever the CPU reports."""
+    from kornia_halfpatch.fixes import networks_cpu_half
+
+    before = networks_cpu_half.resolve_modes()
+    for mode in ("float32", "native"):
+        with testing.isolated(only=["networks_cpu_half"], cpu_half=mode):
+            assert {m for m, _ in networks_cpu_half.resolve_modes().values()} == {mode}
+        assert networks_cpu_half.resolve_modes() == before
 
 
 def probed_fix(name, attribute, probed, needed):
