@@ -66,3 +66,18 @@ def pytest_configure(config):
     changes how threads wait, not which kernels run or how they split the work."""
     if config.pluginmanager.getplugin("dsession") is not None:  # the xdist controller, before its workers start
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+@pytest.fixture(params=["native", "float32"])
+def cpu_half(request):
+    """The test in both of networks_cpu_half's modes, whatever this CPU reports: "native" (the
+    release's half kernels: what GPUs and CPUs with avx512_fp16/amx run) and "float32" (its float32
+    path, auto's choice on a CPU without arithmetic in the dtype). Yields the mode; the shim's
+    state is restored afterwards."""
+    import kornia_halfpatch
+    from kornia_halfpatch import testing
+
+    with testing.preserved():
+        kornia_halfpatch.revert(["networks_cpu_half"])
+        kornia_halfpatch.apply(only=["networks_cpu_half"], cpu_half=request.param)
+        yield request.param

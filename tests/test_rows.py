@@ -159,12 +159,27 @@ def widened_example(target, factory, dtype):
     return wide
 
 
+# How half CPU networks compute (networks_cpu_half's cpu_half): "native", the release's half
+# kernels (what GPUs and CPUs with avx512_fp16/amx run, whatever this CPU reports), or "float32",
+# networks_cpu_half installed beside the fix in its float32 mode (what auto picks on a CPU without
+# half arithmetic). The numerical contracts hold in both, on every CPU.
+CPU_HALF_MODES = ("native", "float32")
+
+
 @pytest.fixture(scope="module")
 def fix_installed(request):
-    """One fix applied alone, for every test of its targets; yields the fix's status reason. Torn
-    down (the previous shim state restored) when the next fix's tests come and after the module."""
-    fix = FIXES[request.param]
-    context = testing.use_fixes([fix]) if fix is KINDS_FIX else testing.isolated(only=[fix.name])
+    """One fix applied (alone, or with networks_cpu_half in its float32 mode), for every test of
+    its targets; yields the fix's status reason. Torn down (the previous shim state restored) when
+    the next fix's tests come and after the module. The parameter: the fix's name, or (name,
+    cpu_half mode)."""
+    name, mode = request.param if isinstance(request.param, tuple) else (request.param, "native")
+    fix = FIXES[name]
+    if fix is KINDS_FIX:
+        context = testing.use_fixes([fix])
+    elif mode == "float32" and fix.name != "networks_cpu_half":
+        context = testing.isolated(only=[fix.name, "networks_cpu_half"], cpu_half="float32")
+    else:
+        context = testing.isolated(only=[fix.name], cpu_half=mode)
     with context:
         if fix is KINDS_FIX:
             kornia_halfpatch.apply()
@@ -181,13 +196,20 @@ def installed(fix_installed, target):
     pytest.skip(f"{target.label} is not installed here: {fix_installed}")
 
 
-def rows(*selected, among=ROWS):
+def rows(*selected, among=ROWS, modes=("native",)):
+    """Parametrise a test by target (and by cpu_half mode: ``modes``), its fix installed."""
     chosen = list(selected) if selected else among
-    ids = [f"{fix.name}:{target.label}" for fix, target in chosen]
+    params, ids = [], []
+    for mode in modes:
+        for fix, target in chosen:
+            if mode != "native" and fix is KINDS_FIX:
+                continue  # the stand-in table is alone in its registry: no networks_cpu_half beside it
+            params.append(((fix.name, mode) if len(modes) > 1 else fix.name, target))
+            ids.append(f"{fix.name}:{target.label}" + (f"-{mode}" if len(modes) > 1 else ""))
     # Module scope: pytest orders the tests by fix, so each fix is applied once for all of them.
     return pytest.mark.parametrize(
         ("fix_installed", "target"),
-        [(fix.name, target) for fix, target in chosen],
+        params,
         ids=ids,
         indirect=["fix_installed"],
         scope="module",
@@ -233,7 +255,7 @@ def test_every_target_has_an_example_or_is_exempt_with_a_reason():
     assert not unknown, f"examples or exemptions for no target: {unknown}"
 
 
-@rows(among=EXAMPLED)
+@rows(among=EXAMPLED, modes=CPU_HALF_MODES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_full_precision_is_bitwise_the_original(installed, dtype):
     original, replacement, _ = installed
@@ -241,7 +263,7 @@ def test_full_precision_is_bitwise_the_original(installed, dtype):
     assert same(replacement(*args), original(*args))
 
 
-@rows(among=EXAMPLED)
+@rows(among=EXAMPLED, modes=CPU_HALF_MODES)
 def test_half_is_the_original_on_widened_inputs_narrowed_once(installed):
     original, replacement, target = installed
     row = target.row
@@ -279,6 +301,75 @@ def test_half_is_the_original_on_widened_inputs_narrowed_once(installed):
             assert str(raised.value) == str(refused), name
             continue
         assert same(replacement(*args), expected), name
+
+
+# --------------------------------------------------------------------------------------------
+# Under torch.autocast: the example's float32 call inside autocast in each half dtype. Where half
+# reaches a target through autocast (its matmuls and convolutions), the target computes the float32
+# call outside autocast, bitwise; a target that does not act under autocast (a torch op for
+# kornia's calls, a dtype validator, a row of other half dtypes) is the original under autocast.
+
+AUTOCAST_DTYPES = (torch.float16, torch.bfloat16)
+
+
+# Hand-written targets that leave a float32 call under autocast to the release, and why.
+AUTOCAST_LEFT_TO_THE_RELEASE = {
+    "kornia.feature.scale_space_detector:MultiResolutionDetector.detect_features_on_single_level": (
+        "a learned response model (KeyNet) runs in autocast's half as the release runs it (a network keeps half "
+        "compute); the LAFs are built from the float32 image's positions, float32 as 0.9.0 returns them"),
+}
+
+
+def autocast_rule(target, dtype):
+    """What the target does for a float32 call under autocast in ``dtype``: "float32" (the float32
+    call outside autocast), "narrow" (the same narrowed to ``dtype``) or None (the original's
+    autocast call)."""
+    if target.candidates[0] in AUTOCAST_LEFT_TO_THE_RELEASE:
+        return None
+    row = target.row
+    if isinstance(row, _model.WidenDtypes):
+        return None
+    if isinstance(row, _model.Promote):
+        promoted = row.promoted_dtypes()
+        return row.autocast if str(dtype).replace("torch.", "") in promoted else None
+    return "float32"  # a hand-written target: the float32 call where half would reach it
+
+
+def row_acts_on(target, original, args):
+    """Whether a row's device and guard let it act on the example ``args``."""
+    row = target.row
+    bound = inspect.signature(_codegen.python_function_of(original)).bind(*args)
+    bound.apply_defaults()
+    trigger = bound.arguments[row.trigger] if row.trigger else next(a for a in args if isinstance(a, torch.Tensor))
+    if row.device is not None and trigger.device.type != row.device:
+        return False
+    if row.guard is not None:
+        return bool(_model.load(row.guard)(*[bound.arguments[name] for name in row.guard_arguments]))
+    return True
+
+
+@rows(among=EXAMPLED, modes=CPU_HALF_MODES)
+@pytest.mark.parametrize("autocast_dtype", AUTOCAST_DTYPES, ids=str)
+def test_under_autocast_a_float32_call_is_the_float32_call_outside_autocast(installed, autocast_dtype):
+    original, replacement, target = installed
+    if target.candidates[0] in AUTOCAST_LEFT_TO_THE_RELEASE:
+        pytest.skip(AUTOCAST_LEFT_TO_THE_RELEASE[target.candidates[0]])
+    factory = example_factory(target)
+    rule = autocast_rule(target, autocast_dtype)
+    if rule is not None and target.row is not None and not row_acts_on(target, original, factory(torch.float32)):
+        rule = None
+    args = factory(torch.float32)  # built outside autocast (examples may multiply matrices)
+    with torch.autocast("cpu", dtype=autocast_dtype):
+        got = replacement(*args)
+    args = factory(torch.float32)  # afresh: a call may update a module's state
+    if rule is None:
+        with torch.autocast("cpu", dtype=autocast_dtype):
+            expected = original(*args)
+    else:
+        expected = original(*args)
+        if rule == "narrow":
+            expected = narrowed(expected, autocast_dtype, None)
+    assert same(got, expected), f"autocast {autocast_dtype}: rule {rule}"
 
 
 @rows()
@@ -613,7 +704,7 @@ def assert_same_gradients(got, expected, leaves, what, values=True):
             f"max |diff| {(g.double() - e.double()).abs().nan_to_num(float('inf')).max().item():.3g}")
 
 
-@rows(among=EXAMPLED)
+@rows(among=EXAMPLED, modes=CPU_HALF_MODES)
 def test_full_precision_backward_is_bitwise_the_original(installed):
     original, replacement, target = installed
     args = example_factory(target)(torch.float32)
@@ -636,7 +727,7 @@ def users_half_module(target, dtype):
     return contextlib.nullcontext()
 
 
-@rows(among=EXAMPLED)
+@rows(among=EXAMPLED, modes=CPU_HALF_MODES)
 def test_half_backward_is_the_originals_float32_backward_narrowed_once(installed):
     original, replacement, target = installed
     if isinstance(target.row, _model.WidenDtypes):

@@ -71,13 +71,16 @@ def _normalization_stays_float32(x: torch.Tensor) -> bool:
 
 
 def _flat_rows_without_gradient(normalized: torch.Tensor, trunk: torch.Tensor) -> torch.Tensor:
-    """``normalized`` with no gradient through the rows whose trunk output is exactly zero (a flat
-    patch through bias-free convolutions and untrained normalisation). There every value is the
-    guard's (0, or LocalResponseNorm's 1/sqrt(n)), and the float32 derivative is 1/eps-sized
-    (1e10-1e12 times the upstream gradient): narrowed to float16 it is Inf, and Inf times the
-    zero activations below is NaN in every weight gradient. The float32 weight gradients there
-    are 0 (the activations are 0); this gives that 0 (0.9.0's flat-patch gradient) and leaves
-    every other row's gradient the float32 one, narrowed once."""
+    """``normalized`` with no gradient through the rows whose float16 trunk output is exactly zero
+    (a flat patch through bias-free convolutions and untrained normalisation). There every value
+    is the guard's (0, or LocalResponseNorm's 1/sqrt(n)), and the float32 derivative is
+    1/eps-sized (1e10-1e12 times the upstream gradient): narrowed to float16 it is Inf, and Inf
+    times the zero activations below is NaN in every weight gradient (0.9.0: the same NaN for
+    SOSNet; 0 for HardNet). Where the activations are 0 the float32 weight gradients are 0, which
+    this gives; where they are not, the float32 gradient does not fit float16 either way. Every
+    other row's gradient is the float32 one, narrowed once; bfloat16 holds 1e12 and is left so."""
+    if trunk.dtype != torch.float16:
+        return normalized
     flat = (trunk == 0).flatten(1).all(1)
     shape = [flat.shape[0]] + [1] * (normalized.dim() - 1)
     return torch.where(flat.view(shape), normalized.detach(), normalized)

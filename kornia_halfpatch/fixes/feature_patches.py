@@ -51,6 +51,7 @@ import torch.nn.functional as F
 
 from .. import _probe_cache as probe_cache
 from .._model import Finding, Fix, Target, bug_present, not_needed, unsupported
+from .._precision import autocast_off, leave_autocast
 from .._torch_compat import is_compiling
 from ..sample_inputs import laf_inputs
 
@@ -223,6 +224,12 @@ def build_extract_patches_simple(original: Any) -> Any:
     def extract_patches_simple(
         img: torch.Tensor, laf: torch.Tensor, PS: int = 32, normalize_lafs_before_extraction: bool = True
     ) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if leave_autocast(img):
+                # Under autocast the grids' products would be half
+                # (sampling positions off by half rounding): the same extraction with autocast off.
+                with autocast_off(img.device.type):
+                    return extract_patches_simple(img, laf, PS, normalize_lafs_before_extraction)
         answered = release_path(img, laf, PS, normalize_lafs_before_extraction, False)
         if answered is not None:
             return answered
@@ -340,6 +347,12 @@ def build_extract_patches_from_pyramid(original: Any) -> Any:
     def extract_patches_from_pyramid(
         img: torch.Tensor, laf: torch.Tensor, PS: int = 32, normalize_lafs_before_extraction: bool = True
     ) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if leave_autocast(img):
+                # Under autocast the grids' products and the pyramid's blurs would be half
+                # (sampling positions off by half rounding): the same extraction with autocast off.
+                with autocast_off(img.device.type):
+                    return extract_patches_from_pyramid(img, laf, PS, normalize_lafs_before_extraction)
         answered = release_path(img, laf, PS, normalize_lafs_before_extraction, True)
         if answered is not None:
             return answered

@@ -30,6 +30,7 @@ once, written out by hand (each is one line in every release).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -39,6 +40,7 @@ from torch._jit_internal import BroadcastingList2, BroadcastingList3
 from .._model import (
     SCOPE_KORNIA, Finding, Fix, Promote, PromoteForKornia, Target, bug_present, kernel_gate, not_needed, table,
 )
+from .._precision import autocast_dtype, autocast_half, autocast_off
 
 CPU = "cpu"
 
@@ -224,7 +226,7 @@ def _zca_source_is_the_copied_one(original: Any) -> bool:
     known = _zca_sources.get(id(original))
     if known is not None and known[0] is original:
         return known[1]
-    import inspect
+    import inspect  # noqa: F811
 
     try:
         source = inspect.getsource(original)
@@ -247,6 +249,12 @@ def build_zca_forward(original: Any) -> Any:
         return original
 
     def forward(self, x: torch.Tensor, include_fit: bool = False) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if autocast_half(x) is not None:
+                # Under autocast the fit's covariance and the whitening are half matmuls of the
+                # float32 data: the float32 call, autocast off.
+                with autocast_off(x.device.type):
+                    return forward(self, x, include_fit)
         if include_fit:
             self.fit(x)
         if not self.fitted:
@@ -553,62 +561,89 @@ TORCH_INVERSE_TARGET = Target(
     gate=kernel_gate(("linalg_inv",)),
 )
 
+def float32_under_cpu_autocast(build: Any) -> Any:
+    """``build``'s replacement, run with CPU autocast off where CPU autocast computes in a half
+    dtype: these targets stand in for CPU kernels half lacks, and under autocast the half that
+    reaches them comes from autocast's matmuls on float32 tensors (an eigen-average of Q^T Q, a
+    projection through diag(z)), so the float32 call outside autocast is their answer there. For
+    eager-only targets (geometry objects' methods and functions returning them, which never
+    script); CUDA autocast is left alone, as these CPU workarounds are."""
+
+    def build_under_autocast(original: Any) -> Any:
+        replacement = build(original)
+
+        def under_autocast(*args: Any, **kwargs: Any) -> Any:
+            dtype = autocast_dtype("cpu")
+            if dtype == torch.float16 or dtype == torch.bfloat16:
+                with autocast_off("cpu"):
+                    return replacement(*args, **kwargs)
+            return replacement(*args, **kwargs)
+
+        # The replacement's parameters (the original's), which the engine then matches to the
+        # original's signature.
+        under_autocast.__signature__ = inspect.signature(replacement)
+        return under_autocast
+
+    return build_under_autocast
+
+
 METHOD_TARGETS = (
-    Target(("kornia.geometry.epipolar.fundamental:fundamental_from_projections",), build_fundamental_from_projections,
+    Target(("kornia.geometry.epipolar.fundamental:fundamental_from_projections",),
+           float32_under_cpu_autocast(build_fundamental_from_projections),
            ("P1", "P2"), optional=True,
            reason=f"{DET} (0.7.0); 0.7.4-0.8.3's nine 4x4 determinants of products overflow float16: F in float32, "
                   "narrowed once; a float16 F past 65504 (pixel-scale cameras) divided by its largest entry first "
                   "(defined up to scale; 0.9.0's scale), so it stays finite (every device: the overflow is the dtype's)"),
-    Target(("kornia.geometry.liegroup.so2:So2.inverse",), build_so2_inverse, ("self",), optional=True,
+    Target(("kornia.geometry.liegroup.so2:So2.inverse",), float32_under_cpu_autocast(build_so2_inverse), ("self",), optional=True,
            reason="ComplexHalf reciprocal has no CPU kernel: float16 So2 (and Se2) inverse in complex64, narrowed once"),
-    Target(("kornia.geometry.quaternion:Quaternion.__mul__",), build_quaternion_mul, ("self", "right"), optional=True,
+    Target(("kornia.geometry.quaternion:Quaternion.__mul__",), float32_under_cpu_autocast(build_quaternion_mul), ("self", "right"), optional=True,
            reason="Tensor.cross has no float16 CPU kernel in older torch: float16 quaternion products (So3/Se3 "
            "composition and rotation) from the widened quaternions, narrowed once", gate=kernel_gate(("cross",), ("float16",))),
-    Target(("kornia.geometry.liegroup.so2:So2.log",), build_so2_log, ("self",), optional=True,
+    Target(("kornia.geometry.liegroup.so2:So2.log",), float32_under_cpu_autocast(build_so2_log), ("self",), optional=True,
            reason="Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu): float16 So2 (and Se2) log from "
            "the rotation in complex64, narrowed once", gate=kernel_gate(("atan2",), ("float16",))),
-    Target(("kornia.geometry.liegroup.se3:Se3.exp",), build_se3_exp, ("v",), optional=True,
+    Target(("kornia.geometry.liegroup.se3:Se3.exp",), float32_under_cpu_autocast(build_se3_exp), ("v",), optional=True,
            reason="omega_hat @ omega_hat (bmm) has no float16 CPU kernel in older torch: the half Se3 of the widened "
            "vector, quaternion and translation narrowed once", gate=kernel_gate(MATRIX_PRODUCT_KERNELS)),
-    *(Target((f"kornia.geometry.liegroup.se3:Se3.{name}",), build_group_method, ("self",), optional=True,
+    *(Target((f"kornia.geometry.liegroup.se3:Se3.{name}",), float32_under_cpu_autocast(build_group_method), ("self",), optional=True,
              reason=f"{what} (bmm) has no float16 CPU kernel in older torch: Se3.{name} of the element's parameters "
              "widened to float32, narrowed once", gate=kernel_gate(MATRIX_PRODUCT_KERNELS))
       for name, what in (("log", "omega_hat @ omega_hat"), ("adjoint", "hat(t) @ R"))),
-    Target(("kornia.geometry.liegroup.se2:Se2.log",), build_module_method_widened(MATRIX_PRODUCT_KERNELS), ("self",),
+    Target(("kornia.geometry.liegroup.se2:Se2.log",), float32_under_cpu_autocast(build_module_method_widened(MATRIX_PRODUCT_KERNELS)), ("self",),
            optional=True, reason="V_inv @ t (bmm) has no float16 CPU kernel in older torch: Se2.log of the element's "
            "parameters widened (ComplexHalf rotation to complex64, translation to float32), narrowed once",
            gate=kernel_gate(MATRIX_PRODUCT_KERNELS, ("float16",))),
-    *(Target((f"kornia.geometry.line:ParametrizedLine.{name}",), build_module_method_widened(LINE_KERNELS, "point"),
+    *(Target((f"kornia.geometry.line:ParametrizedLine.{name}",), float32_under_cpu_autocast(build_module_method_widened(LINE_KERNELS, "point")),
              ("self", "point"), optional=True,
              reason=f"direction @ (point - origin) (dot/mm) has no float16 CPU kernel in older torch: ParametrizedLine."
              f"{name} of the line's parameters and the point widened to float32, narrowed once",
              gate=kernel_gate(LINE_KERNELS)) for name in ("projection", "squared_distance")),
-    Target(("kornia.geometry.line:fit_line",), build_fit_line, ("points", "weights"), optional=True,
+    Target(("kornia.geometry.line:fit_line",), float32_under_cpu_autocast(build_fit_line), ("points", "weights"), optional=True,
            reason="A^T @ A (bmm) has no float16 CPU kernel in older torch: the line fitted to the widened points, "
            "origin and direction narrowed once", gate=kernel_gate(MATRIX_PRODUCT_KERNELS)),
-    Target(("kornia.geometry.plane:Hyperplane.through",), build_hyperplane_through, ("cls", "p0", "p1", "p2"),
+    Target(("kornia.geometry.plane:Hyperplane.through",), float32_under_cpu_autocast(build_hyperplane_through), ("cls", "p0", "p1", "p2"),
            optional=True, reason="Tensor.cross has no float16 CPU kernel in older torch: the plane through three "
            "widened points, normal and offset narrowed once", gate=kernel_gate(("cross",))),
-    Target(("kornia.geometry.transform.image_registrator:ImageRegistrator.register",), build_registrator_register,
+    Target(("kornia.geometry.transform.image_registrator:ImageRegistrator.register",), float32_under_cpu_autocast(build_registrator_register),
            ("self", "src_img", "dst_img", "verbose", "output_intermediate_models"), optional=True,
            reason="addcdiv (torch.optim.Adam's step on the model's parameters) has no float16 CPU kernel in older "
            "torch: the float16 registration run in float32 (model widened in place, narrowed back), the model "
            "narrowed once", gate=kernel_gate(("addcdiv",))),
-    Target(("kornia.geometry.transform.image_registrator:Homography.reset_model",), build_homography_reset_model,
+    Target(("kornia.geometry.transform.image_registrator:Homography.reset_model",), float32_under_cpu_autocast(build_homography_reset_model),
            ("self",), optional=True, reason="eye has no bfloat16 CPU kernel in torch 2.1 (nn.init.eye_ of a half "
            "registration model): the identity copied in from float32, exactly", gate=kernel_gate(("eye",))),
     Target(("kornia.enhance.zca:ZCAWhitening.forward",), build_zca_forward, ("self", "x", "include_fit"),
            optional=True, reason="fit() keeps float32 statistics (zca_mean); a half input's whitening, computed in "
            "float32, narrowed once (0.9.0's dtype)"),
-    Target(("kornia.geometry.quaternion:average_quaternions",), build_average_quaternions, ("Q", "w"), optional=True,
+    Target(("kornia.geometry.quaternion:average_quaternions",), float32_under_cpu_autocast(build_average_quaternions), ("Q", "w"), optional=True,
            reason=f"{EIGH} (0.8.2): the eigen-average of the widened quaternions, narrowed once", gate=kernel_gate(("linalg_eigh",))),
-    Target(("kornia.sensors.camera.projection_model:Z1Projection.project",), build_z1_project, ("self", "points"),
+    Target(("kornia.sensors.camera.projection_model:Z1Projection.project",), float32_under_cpu_autocast(build_z1_project), ("self", "points"),
            optional=True, reason=f"{INVERSE} (diag(z).inverse(), 0.7.0-0.8.2): the projection in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
-    Target(("kornia.geometry.camera.pinhole:PinholeCamera.intrinsics_inverse",), build_intrinsics_inverse, ("self",),
+    Target(("kornia.geometry.camera.pinhole:PinholeCamera.intrinsics_inverse",), float32_under_cpu_autocast(build_intrinsics_inverse), ("self",),
            optional=True, reason=f"{INVERSE}: the 4x4 intrinsics inverted in float32, narrowed once (unproject calls it)", gate=kernel_gate(("linalg_inv",))),
-    Target(("kornia.geometry.transform.image_registrator:Homography.forward_inverse",), build_homography_inverse,
+    Target(("kornia.geometry.transform.image_registrator:Homography.forward_inverse",), float32_under_cpu_autocast(build_homography_inverse),
            ("self",), optional=True, reason=f"{INVERSE}: the half homography parameter inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
-    Target(("kornia.geometry.transform.image_registrator:Similarity.forward_inverse",), build_similarity_inverse,
+    Target(("kornia.geometry.transform.image_registrator:Similarity.forward_inverse",), float32_under_cpu_autocast(build_similarity_inverse),
            ("self",), optional=True, reason=f"{INVERSE}: the similarity inverted in float32, narrowed once", gate=kernel_gate(("linalg_inv",))),
 )
 

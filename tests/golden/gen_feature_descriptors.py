@@ -190,6 +190,46 @@ def describe(module: torch.nn.Module, patches: torch.Tensor, dtype: torch.dtype)
         return model(patches.to(dtype))
 
 
+# (configuration, case) of the weight-gradient errors: realistic weights on texture and on a flat
+# patch, and the untrained network's flat patch (an exact zero descriptor: the NaN case).
+GRADIENT_CASES = (("trained", "textured"), ("trained", "flat0.0"), ("untrained", "flat0.0"))
+
+
+def weight_gradient_error(module: torch.nn.Module, patches: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """How far the half network's weight gradients are from the float32 gradients of the same
+    (half-rounded) weights and patches, for the loss sum(P * descriptors), P a seeded projection
+    with entries exact in half: ``[max over parameters of max|g_half - g_32| / max|g_32| (0 where
+    both are 0), non-finite half gradient entries, max |g_half| where g_32 is exactly 0]``. Run
+    in whatever mode the caller's shim is in (native half kernels, or networks_cpu_half's float32)."""
+    half = copy.deepcopy(module).to(dtype).eval()
+    wide = copy.deepcopy(half).float().eval()
+    x = patches.to(dtype)
+    projection = None
+    gradients = []
+    for model, inputs in ((half, x), (wide, x.float())):
+        model.zero_grad()
+        out = model(inputs)
+        if projection is None:
+            generator = torch.Generator().manual_seed(SEED)
+            projection = torch.randint(-16, 17, out.shape, generator=generator).float() / 16
+        (out.float() * projection).sum().backward()
+        gradients.append([p.grad for p in model.parameters()])
+    worst, nonfinite, stray = 0.0, 0, 0.0
+    for g_half, g_32 in zip(*gradients):
+        if g_32 is None:
+            continue
+        a, b = g_half.double(), g_32.double()
+        nonfinite += int((~torch.isfinite(a)).sum())
+        a = a.nan_to_num(posinf=float("inf"), neginf=float("inf"))
+        scale = b.abs().max().item()
+        err = (a - b).abs().max().item()
+        worst = max(worst, err / scale if scale > 0 else (0.0 if err == 0 else math.inf))
+        zero = b == 0
+        if bool(zero.any()):
+            stray = max(stray, a[zero].abs().max().item())
+    return torch.tensor([worst, float(nonfinite), stray], dtype=torch.float64)
+
+
 def entries() -> List[Tuple[str, str, str, str]]:
     """(network, configuration, dtype name, case) of every stored descriptor."""
     out = []
@@ -225,6 +265,11 @@ def live(recorded: Dict[str, object]) -> Dict[str, object]:
     for name, config, dtype_name, case in entries():
         module = modules[name, config]
         outputs[f"{name}/{config}/{dtype_name}/{case}"] = describe(module, case_input(case), DTYPES[dtype_name])
+    for name in NETWORKS:
+        for dtype_name, dtype in HALF.items():
+            for config, case in GRADIENT_CASES:
+                outputs[f"{name}/{config}/{dtype_name}/{case}/gradient"] = weight_gradient_error(
+                    modules[name, config], case_input(case), dtype)
     for name in ("sosnet", "hynet_bias", "hynet_nobias"):
         module = modules[name, "untrained"]
         reference = describe(module, case_input("uniform"), torch.float64)
