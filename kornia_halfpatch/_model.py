@@ -283,6 +283,10 @@ class Fix:
     # options and the KORNIA_HALFPATCH_* environment variables (the cached finding's key): the
     # engine then asks it at every apply().
     probe_cache: bool = True
+    # The device types whose tensors the fix acts on: None, every device (a numerical fix: an
+    # epsilon, a formula, a computation in float32); ("cpu",), a workaround for a CPU kernel's bug
+    # or a missing CPU kernel, which does nothing on CUDA or MPS (docs/devices.md).
+    devices: Optional[Tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
         if self.options is None:

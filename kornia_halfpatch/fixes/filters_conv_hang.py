@@ -240,4 +240,5 @@ FIX = Fix(
     targets=(replace(FILTER_ROW.target(), gate=hang_gate), replace(PYRAMID_ROW.target(), gate=hang_gate), CONV2D_TARGET),
     probe=probe,
     demonstration="kornia_halfpatch.demos.filters_conv_hang:demonstrate",
+    devices=("cpu",),
 )

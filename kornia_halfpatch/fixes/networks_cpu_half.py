@@ -584,4 +584,5 @@ FIX = Fix(
     configure=configure,
     describe=describe,
     demonstration="kornia_halfpatch.demos.networks_cpu_half:demonstrate",
+    devices=("cpu",),
 )

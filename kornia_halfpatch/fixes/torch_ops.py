@@ -937,4 +937,5 @@ FIX = Fix(
     targets=ROWS + (AFFINE_GRID_ROW,) + METHOD_TARGETS + (TORCH_INVERSE_TARGET,) + KERNEL_TARGETS + (INTERPOLATE_ROW,) + METHOD_KERNEL_ROWS + (HANNING_TARGET, SOFTMAX_ROW, EYE_TARGET),
     probe=probe,
     demonstration="kornia_halfpatch.demos.torch_ops:demonstrate",
+    devices=("cpu",),
 )

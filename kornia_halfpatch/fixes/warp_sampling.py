@@ -460,4 +460,5 @@ FIX = Fix(
     demonstration="kornia_halfpatch.demos.warp_sampling:demonstrate",
     configure=configure,
     describe=_status_line,
+    devices=("cpu",),
 )
