@@ -11,6 +11,9 @@ crash and restarts the run without it. Environment:
 - ``UPSTREAM_STACKS`` and ``UPSTREAM_TIMEOUT``: a test still running 2 s before the timeout gets
   its Python stack written there by ``faulthandler`` (a C watchdog thread: it works while the
   test holds the GIL in a kernel that never returns), so a hang is reported with its frames.
+- ``UPSTREAM_AUTOCAST=float16|bfloat16``: every test's call phase runs inside
+  ``torch.autocast("cpu", dtype=...)`` (kornia's float32 tests as an autocast user runs them:
+  float32 tensors in, half matmuls and convolutions inside kornia). Its fixtures and setup do not.
 - ``UPSTREAM_GRADCHECK=1``: ``torch.autograd.gradcheck``/``gradgradcheck`` are wrapped (before
   kornia's testing helpers import them) and each distinct set of floating dtypes a test passes
   them is recorded (``{"event": "gradcheck", ...}``): kornia's ``BaseTester.gradcheck`` casts its
@@ -85,6 +88,21 @@ def _wrap_gradchecks() -> None:
 
 if os.environ.get("UPSTREAM_GRADCHECK") == "1":
     _wrap_gradchecks()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    dtype_name = os.environ.get("UPSTREAM_AUTOCAST")
+    if not dtype_name:
+        yield
+        return
+    import torch
+
+    with torch.autocast("cpu", dtype=getattr(torch, dtype_name)):
+        yield
 
 
 def pytest_collection_modifyitems(session, config, items):

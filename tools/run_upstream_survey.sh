@@ -3,7 +3,8 @@
 # recorded by tools/upstream_tests.py. Usage: tools/run_upstream_survey.sh RELEASE MODE [DIR...]
 #   RELEASE: 0.7.4 | 0.8.2 | 0.8.3 (checkout in $UPSTREAM/v$RELEASE, env $TOX/kornia0XX)
 #   MODE:    half (float16,bfloat16 with the plugin) | half-noshim (without it) | f32-shim | f32-noshim |
-#            half-dynamo
+#            half-dynamo | autocast-f16 | autocast-f16-noshim | autocast-bf16 | autocast-bf16-noshim (kornia's
+#            float32 tests inside torch.autocast, with and without the plugin)
 # test_dynamo (torch.compile, ~10 s of inductor compilation each on this shared 2-core machine) is
 # deselected in every mode but half-dynamo, which runs only those tests.
 # Records go to $RUNS/$RELEASE/<mode>-<dir>.jsonl (outside the repository); an existing record
@@ -22,6 +23,10 @@ case $MODE in
   half-noshim) FLAGS="--dtype float16,bfloat16 --no-shim";;
   f32-shim) FLAGS="--dtype float32";;
   f32-noshim) FLAGS="--dtype float32 --no-shim";;
+  autocast-f16) FLAGS="--dtype float32 --autocast float16";;
+  autocast-f16-noshim) FLAGS="--dtype float32 --autocast float16 --no-shim";;
+  autocast-bf16) FLAGS="--dtype float32 --autocast bfloat16";;
+  autocast-bf16-noshim) FLAGS="--dtype float32 --autocast bfloat16 --no-shim";;
   *) echo "unknown mode $MODE" >&2; exit 2;;
 esac
 mkdir -p "$RUNS/$RELEASE"

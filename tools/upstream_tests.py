@@ -15,7 +15,7 @@ Five commands (the first is the original one, kept):
         changed; exit 1 if a float32/float64 test went from passed to failed.
 
     python tools/upstream_tests.py record CHECKOUT TEST... --out RUN.jsonl [--dtype ...]
-            [--no-shim] [--timeout 120] [--only-ids IDS.txt] [-k EXPR]
+            [--no-shim] [--timeout 120] [--only-ids IDS.txt] [-k EXPR] [--autocast float16|bfloat16]
         one run, every test report appended to RUN.jsonl as it happens. A run that dies
         (segfault, pytest-timeout, a hang caught by the watchdog) is resumed without the test
         that killed it, which is recorded as a crash. Appending to an existing file resumes it.
@@ -126,10 +126,13 @@ def _finished(entries: list) -> set:
 
 def record(checkout: Path, tests: list, out: Path, dtype: str, shim: bool = True, timeout: float = 120.0,
            python: str = sys.executable, only_ids: Path | None = None, keyword: str | None = None,
-           max_restarts: int = 300, quiet: bool = False) -> list:
-    """Run the tests once (resuming after crashes); return the recorded entries."""
+           max_restarts: int = 300, quiet: bool = False, autocast: str | None = None) -> list:
+    """Run the tests once (resuming after crashes); return the recorded entries. ``autocast``
+    (float16/bfloat16): every test runs inside ``torch.autocast("cpu", dtype=...)``."""
     out = Path(out).resolve()
     env = dict(os.environ)
+    if autocast:
+        env["UPSTREAM_AUTOCAST"] = autocast
     env["PYTHONPATH"] = os.pathsep.join(
         [str(shim_path()), str(TOOLS)] + _test_package_path(Path(checkout)) + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
@@ -542,10 +545,12 @@ def main(argv=None) -> int:
         parser.add_argument("--python", default=sys.executable)
         parser.add_argument("--only-ids", type=Path)
         parser.add_argument("-k", dest="keyword")
+        parser.add_argument("--autocast", choices=("float16", "bfloat16"),
+                            help="run every test inside torch.autocast('cpu', dtype=...) (use with --dtype float32)")
         args = parser.parse_args(argv)
         started = time.monotonic()
         entries = record(args.checkout, args.tests, args.out, args.dtype, shim=not args.no_shim, timeout=args.timeout,
-                         python=args.python, only_ids=args.only_ids, keyword=args.keyword)
+                         python=args.python, only_ids=args.only_ids, keyword=args.keyword, autocast=args.autocast)
         tests = summarize(entries)
         counts = collections.Counter(t["outcome"] for t in tests.values())
         print(f"{args.out}: {dict(sorted(counts.items()))} in {time.monotonic() - started:.0f} s")
