@@ -79,5 +79,22 @@ def demonstrate() -> Demonstration:
                 after = _outcome(lambda: model(x))
             holds = holds and after.startswith("finite")
             demo.cases.append((f"{label} {str(dtype)[6:]}", before, after))
+    # The same networks left in float32, called under torch.autocast: the trunk's convolutions
+    # run in float16 and the flat patch's descriptor reaches the normalisation as half zeros.
+    for label, make, dtypes in _demo_cases():
+        if torch.float16 not in dtypes or label.startswith("HyNet"):
+            continue
+        model = make()
+
+        def under_autocast() -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.float16):
+                return model(patch)
+
+        with kornia_halfpatch.unpatched(["feature_descriptors", "networks_cpu_half"]):
+            before = _outcome(under_autocast)
+        with kornia_halfpatch.patched(only=["feature_descriptors"]):
+            after = _outcome(under_autocast)
+        holds = holds and after.startswith("finite")
+        demo.cases.append((f"{label} float32 under float16 autocast", before, after))
     demo.holds = holds
     return demo

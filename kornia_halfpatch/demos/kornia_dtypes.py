@@ -65,5 +65,47 @@ def demonstrate() -> Demonstration:
                 after, ok = _outcome(function, dtype, wanted)
             holds = holds and ok
             demo.cases.append((f"{label} [{str(dtype).replace('torch.', '')}]", before, after))
+    # float32 inputs under torch.autocast: half appears inside kornia (autocast's convolutions and
+    # matmuls); patched, the answer is the float32 call outside autocast.
+    for label, function in _autocast_cases():
+        reference = function()
+        for dtype in (torch.float16, torch.bfloat16):
+            with kornia_halfpatch.unpatched([FIX]):
+                before, _ = _autocast_outcome(function, dtype, reference)
+            with kornia_halfpatch.patched(only=[FIX]):
+                after, ok = _autocast_outcome(function, dtype, reference)
+            holds = holds and ok
+            demo.cases.append((f"{label} [float32 under {str(dtype).replace('torch.', '')} autocast]", before, after))
     demo.holds = holds
     return demo
+
+
+def _autocast_cases() -> List[Tuple[str, Callable[[], Any]]]:
+    import kornia
+
+    images = sample_inputs.rgb_image(torch.float32)[0], sample_inputs.rgb_image(torch.float32)[0].flip(-1)
+    return [
+        ("metrics.ssim", lambda: kornia.metrics.ssim(images[0], images[1], 5)),
+        ("geometry.solve_pnp_dlt", lambda: kornia.geometry.solve_pnp_dlt(*_PNP)),
+    ]
+
+
+def _pnp_scene() -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    world = torch.rand(1, 10, 3, generator=generator) * 2 - 1 + torch.tensor([0.0, 0.0, 5.0])
+    intrinsics = torch.tensor([[[100.0, 0.0, 50.0], [0.0, 100.0, 50.0], [0.0, 0.0, 1.0]]])
+    projected = (intrinsics @ world.transpose(1, 2)).transpose(1, 2)
+    return world, projected[..., :2] / projected[..., 2:], intrinsics
+
+
+_PNP = _pnp_scene()
+
+
+def _autocast_outcome(function: Callable[[], Any], dtype: torch.dtype, reference: torch.Tensor) -> Tuple[str, bool]:
+    try:
+        with torch.autocast("cpu", dtype=dtype):
+            out = function()
+    except Exception as exc:  # noqa: BLE001 - the unpatched error is what the row shows
+        return type(exc).__name__, False
+    error = (out.double() - reference.double()).abs().max().item()
+    return f"{str(out.dtype).replace('torch.', '')}, off by {error:.2g}", error == 0
