@@ -249,6 +249,7 @@ def test_auto_follows_the_cpu_and_its_override(monkeypatch):
     monkeypatch.delenv(_options.CPU_HALF.variable, raising=False)
     monkeypatch.delenv(_options.CPU_NATIVE_HALF.variable, raising=False)
     monkeypatch.delenv(_options.CPU_NATIVE_BFLOAT16.variable, raising=False)
+    monkeypatch.delenv(_options.CPU_AVX512_FP16.variable, raising=False)  # what the CPU itself reports
     # torch's report, or the kernel's flags where torch has no get_capabilities (2.4, 2.6).
     native = cpu_reports("avx512_fp16") or cpu_reports("amx_fp16")
     try:  # torch 2.1 has no float16 CPU convolution: float32 whatever the CPU
