@@ -835,6 +835,24 @@ def psnr_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return _in(dtype, first, second) + (1000.0,)
 
 
+def accuracy_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """Eight rows of five distinct half-exact scores, their labels, top-1 and top-2."""
+    g = torch.Generator().manual_seed(83)
+    scores = torch.stack([torch.randperm(5, generator=g) for _ in range(8)]).float() / 8
+    labels = torch.randint(0, 5, (8,), generator=g)
+    return _in(dtype, scores) + (labels, (1, 2))
+
+
+def tps_points_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
+    """Seven points warped by a thin-plate spline fitted (in float32) to five control points."""
+    from kornia.geometry.transform import get_tps_transform
+
+    g = torch.Generator().manual_seed(84)
+    source = _rand(g, 1, 5, 2)
+    kernel, affine = get_tps_transform(source, (source * 0.875 + 0.0625).bfloat16().float())
+    return _in(dtype, _rand(g, 1, 7, 2), source, kernel.bfloat16().float(), affine.bfloat16().float())
+
+
 def pnp_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     """Ten world points 4-6 units in front of a camera (focal 64, centre 32), their projections
     rounded to half-exact values, and the intrinsics: a well-posed DLT."""
@@ -1172,6 +1190,8 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "symmetric_transfer_error": transfer_error_call,
     "distort_points": distortion_call,
     "solve_pnp_dlt": pnp_call,
+    "accuracy": accuracy_call,
+    "warp_points_tps": tps_points_call,
     "FilterResponseNorm2d.forward": filter_response_norm_call,
     "LAFOrienter.forward": laf_orienter_call,
     "get_laf_descriptors": laf_descriptors_call,
