@@ -98,9 +98,17 @@ def test_readmes_supported_versions_are_what_ci_runs():
         named.update(names)
     assert named == envlist - {"oracle"}
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert stated("pyproject.toml", r'requires-python = ">=(\d+\.\d+)"') == ".".join(map(str, min(pythons)))
-    torch_bound = re.search(r'"torch>=(\d+\.\d+)', pyproject).group(1)
-    assert tuple(int(part) for part in torch_bound.split(".")) == min(torches)
+    # the bounds are what the table lists: the oldest Python and torch, and below the next minor
+    # after the newest (a Python or torch that no stack runs is not claimed)
+    python_low, python_high = re.search(r'requires-python = ">=(\d+\.\d+),<(\d+\.\d+)"', pyproject).groups()
+    assert python_low == ".".join(map(str, min(pythons)))
+    newest = max(pythons)
+    assert python_high == f"{newest[0]}.{newest[1] + 1}"
+    torch_low, torch_high = re.search(r'"torch>=(\d+\.\d+),<(\d+\.\d+)"', pyproject).groups()
+    assert tuple(int(part) for part in torch_low.split(".")) == min(torches)
+    assert tuple(int(part) for part in torch_high.split(".")) == (max(torches)[0], max(torches)[1] + 1)
+    # every torch minor from the oldest to the newest is in the table (in CI)
+    assert {minor for _, minor in torches} == set(range(min(torches)[1], max(torches)[1] + 1))
 
 
 @pytest.mark.release_independent

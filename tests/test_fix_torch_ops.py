@@ -31,6 +31,8 @@ ROW_PATHS = {t.candidates[0] for t in torch_ops.FIX.targets}
 COVERED_BY = {
     "kornia.geometry.epipolar.essential:null_to_Nister_solution": "kornia.geometry.epipolar.essential:find_essential",
     "kornia.geometry.epipolar.essential:_null_to_Nister_solution_script": "kornia.geometry.epipolar.essential:find_essential",
+    # 0.7.1-0.7.3: the 5-point solver's ops in run_5point itself (not exported; find_essential calls it)
+    "kornia.geometry.epipolar.essential:run_5point": "kornia.geometry.epipolar.essential:find_essential",
     "kornia.geometry.epipolar.fundamental:run_7point": "kornia.geometry.epipolar.fundamental:find_fundamental",
     "kornia.geometry.epipolar.fundamental:run_8point": "kornia.geometry.epipolar.fundamental:find_fundamental",
     "kornia.geometry.epipolar.fundamental:_nullspace_via_eigh": "kornia.geometry.epipolar.fundamental:find_fundamental",

@@ -116,6 +116,9 @@ LOOKED_UP_WITH_A_FALLBACK = {
     "torch.compiler.is_compiling",  # torch >= 2.3 (_torch_compat.is_compiling)
     "torch.amp.is_autocast_available",  # torch >= 2.4 (_torch_compat.autocast_enabled)
     "torch.is_autocast_cpu_enabled",  # torch < 2.4 spelling, only where the new one is absent
+    "torch.get_autocast_dtype",  # torch >= 2.4 (_precision.autocast_dtype, chosen once per torch)
+    "torch.get_autocast_cpu_dtype",  # torch < 2.4 spelling (_precision), only where the new one is absent
+    "torch.get_autocast_gpu_dtype",  # torch < 2.4 spelling (_precision), only where the new one is absent
     "torch.cpu.get_capabilities",  # torch >= 2.7 (_torch_compat.cpu_capabilities)
     "torch.get_float32_matmul_precision",
     "torch._VariableFunctionsClass.conv2d",  # a name in a docstring
