@@ -145,6 +145,18 @@ def autocast_state(device_type: str = "cpu"):
     return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
 
 
+def unset_default_device() -> None:
+    """``torch.set_default_device(None)``, leaving torch as a fresh process has it. On torch
+    2.4-2.9 the call empties the global device context instead of removing it, and every later
+    ``torch.get_default_device()`` raises (AttributeError) for the rest of the process: kornia
+    0.8.3 calls it in every augmentation's parameter generator, so a test that set and unset the
+    default device broke every later test in the process. The emptied context is removed."""
+    torch.set_default_device(None)
+    context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
+    if context is not None and getattr(context, "device_context", False) is None:
+        del context.device_context
+
+
 def factory_device() -> str:
     """Where a factory call without ``device=`` allocates (``torch.get_default_device()`` is
     absent before torch 2.3 and raises on 2.4-2.9 after ``set_default_device(None)``)."""

@@ -18,7 +18,7 @@ import torch
 import kornia
 import kornia_halfpatch
 from kornia_halfpatch import _options, testing
-from support import UPSTREAM_FIXED, bitwise_equal, cpu_autocast_accepts, inductor_compile
+from support import UPSTREAM_FIXED, bitwise_equal, cpu_autocast_accepts, grid_module, inductor_compile
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
 
@@ -90,7 +90,8 @@ def under_autocast(dtype, call, *args):
 
 @pytest.mark.parametrize("dtype", AUTOCAST_DTYPES)
 def test_create_meshgrid_under_autocast_is_the_float32_grid(dtype):
-    for make in (lambda: kornia.utils.create_meshgrid(8, 300), lambda: kornia.utils.create_meshgrid3d(3, 5, 300)):
+    grid = grid_module()  # 0.8.3 moved it (kornia.utils keeps deprecation wrappers)
+    for make in (lambda: grid.create_meshgrid(8, 300), lambda: grid.create_meshgrid3d(3, 5, 300)):
         assert bitwise_equal(under_autocast(dtype, make), make())
 
 
@@ -163,7 +164,7 @@ def test_seed_fixes_under_autocast_compile_as_they_run_eagerly(dtype):
     torch._dynamo.reset()
     try:
         cases = [
-            (lambda: kornia.utils.create_meshgrid(4, 300), ()),
+            (lambda: grid_module().create_meshgrid(4, 300), ()),
             (kornia.feature.extract_patches_simple,
              (textured((1, 1, 32, 32)), torch.tensor([[[[6.0, 1.0, 16.0], [-1.0, 5.0, 15.0]]]]), 8)),
         ]

@@ -11,7 +11,7 @@ import torch
 
 import kornia_halfpatch
 from kornia_halfpatch import _torch_compat
-from support import TORCH, cpu_reports
+from support import TORCH, cpu_reports, unset_default_device
 
 
 def test_is_compiling_is_false_in_eager_and_true_while_dynamo_traces():
@@ -60,7 +60,10 @@ def test_default_device_type_after_the_default_device_was_set_and_unset():
         assert _torch_compat.default_device_type() == "meta"
     finally:
         torch.set_default_device(None)
-    assert _torch_compat.default_device_type() == "cpu"
+    try:
+        assert _torch_compat.default_device_type() == "cpu"
+    finally:
+        unset_default_device()
 
 
 def test_cpu_capabilities_read_torch_or_the_kernel():
