@@ -135,3 +135,17 @@ def float32_call_under_autocast(function: Any, x: Any, *args: Any) -> Any:
         with autocast_off(x.device.type):
             return function(*args)
     return function(*args)
+
+
+def cpu_autocast_accepts(dtype: torch.dtype) -> bool:
+    """Whether ``torch.autocast("cpu", dtype=dtype)`` can be entered on this torch (torch 2.1's CPU
+    autocast takes bfloat16 only: float16 raises on entering). For the demonstrations."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast("cpu", dtype=dtype):
+                return True
+    except RuntimeError:
+        return False
