@@ -154,6 +154,22 @@ def test_subpixel_refinement_under_autocast_has_finite_gradients(dtype):
     assert_autocast_close((coords, values), reference, dtype)
 
 
+def test_single_level_detection_under_autocast_keeps_the_network_half_and_the_rest_float32():
+    """KeyNet's per-level detection: the response network runs in autocast's half, as the release
+    runs it; the candidates, LAFs and scores come from its widened response in float32 (0.8.3
+    fills unfilled slots with finfo(dtype).min / 2: -1.7e38 in float32, -32752 in half)."""
+    from examples import single_level_detection_call
+
+    detector, image, num_kp, factor = single_level_detection_call(torch.float32)
+    detect = type(detector).detect_features_on_single_level
+    reference = detect(detector, image, num_kp, factor)
+    for dtype in [p.values[0] for p in AUTOCAST_DTYPES if cpu_autocast_accepts(p.values[0])]:
+        with torch.autocast("cpu", dtype=dtype):
+            scores, lafs = detect(detector, image, num_kp, factor)
+        assert scores.dtype == torch.float32 and lafs.dtype == torch.float32
+        assert_autocast_close((scores, lafs), reference, dtype)
+
+
 # --------------------------------------------------------------------------------------------
 # The seed fixes under autocast, compiled (few and small: CI time)
 
@@ -163,8 +179,9 @@ def test_subpixel_refinement_under_autocast_has_finite_gradients(dtype):
 def test_seed_fixes_under_autocast_compile_as_they_run_eagerly(dtype):
     torch._dynamo.reset()
     try:
+        grid = grid_module()  # looked up outside the compiled function (dynamo cannot import)
         cases = [
-            (lambda: grid_module().create_meshgrid(4, 300), ()),
+            (lambda: grid.create_meshgrid(4, 300), ()),
             (kornia.feature.extract_patches_simple,
              (textured((1, 1, 32, 32)), torch.tensor([[[[6.0, 1.0, 16.0], [-1.0, 5.0, 15.0]]]]), 8)),
         ]

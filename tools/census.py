@@ -420,6 +420,42 @@ def written_cases():
     return C
 
 
+def example_cases():
+    """Every fix-table target with an example call (tests/examples.py), as the public function
+    or method it replaces: "rows: <label>". Looked up by path in the installed kornia (so a
+    release without it, or 0.9.0 where it moved, has no such case)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO))
+    try:
+        from examples import EXAMPLES
+
+        from kornia_halfpatch.fixes import load_fixes
+    except Exception:  # noqa: BLE001 - no repository beside the tool
+        return {}
+    found = {}
+    for fix in load_fixes():
+        for target in fix.targets:
+            if target.label not in EXAMPLES or target.scope != "everywhere":
+                continue
+            module_name, _, path = target.candidates[0].partition(":")
+            found[f"rows: {target.label}"] = (_example_builder(module_name, path, EXAMPLES[target.label]), "close")
+    return found
+
+
+def _example_builder(module_name, path, factory):
+    def build(kornia, torch, dtype):
+        import importlib
+
+        api = importlib.import_module(module_name)  # (a package attribute may shadow the module)
+        for part in path.split("."):
+            api = getattr(api, part)
+        if isinstance(kornia, UnderAutocast):
+            api = UnderAutocast(api, torch, kornia._dtype)
+        return api(*factory(dtype))
+
+    return build
+
+
 def all_cases():
     import kornia
     import torch
@@ -432,6 +468,7 @@ def all_cases():
         cases[f"sites: {name}"] = (lambda k, t, d, b=builder: b(k, t, d), "close")
     cases.update(written_cases())
     cases.update(discovered_cases(kornia, torch))
+    cases.update(example_cases())
     return cases
 
 

@@ -493,11 +493,13 @@ def build_normalize_homography3d(original: Any) -> Any:
 
 class _HalfResponseView:
     """A MultiResolutionDetector seen with a float32 image: its response model still runs on the
-    half image (with the module's half weights), and everything after it in float32."""
+    half image (with the module's half weights), or under the caller's autocast (``autocast``, a
+    float32 image: autocast's half convolutions), and everything after it in float32."""
 
-    def __init__(self, module: Any, dtype: torch.dtype) -> None:
+    def __init__(self, module: Any, dtype: Optional[torch.dtype], autocast: Optional[torch.dtype] = None) -> None:
         self._module = module
         self._dtype = dtype
+        self._autocast = autocast
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
@@ -505,6 +507,9 @@ class _HalfResponseView:
     def model(self, image: torch.Tensor) -> torch.Tensor:
         # Narrowing the widened image back is exact; widening the response is exact, so the
         # non-maximum suppression picks exactly the release's half candidates.
+        if self._autocast is not None:
+            with torch.autocast(image.device.type, dtype=self._autocast):
+                return self._module.model(image).float()
         return self._module.model(image.to(self._dtype)).float()
 
 
@@ -519,6 +524,15 @@ def build_single_level_detection(original: Any) -> Any:
             # finfo(dtype).min / 2, which is finfo(half).min / 2 in the release's half run.
             scores = scores.clamp_min(torch.finfo(half).min / 2).to(half)
             return scores, lafs
+        autocast = autocast_half(level_img)
+        if autocast is not None:
+            # Under autocast the response model (a network) runs in autocast's half, as the
+            # release runs it; its response is widened (exact) and the candidates, LAFs and scores
+            # come out of float32 with autocast off: 0.8.3 fills the unfilled slots with
+            # finfo(dtype).min / 2, -1.7e38 in float32 and -32752 in half, which the float32
+            # call and 0.9.0 agree on.
+            with autocast_off(level_img.device.type):
+                return original(_HalfResponseView(self, None, autocast), level_img, num_kp, factor)
         return original(self, level_img, num_kp, factor)
 
     return detect_features_on_single_level
