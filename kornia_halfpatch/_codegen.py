@@ -609,9 +609,10 @@ def promote_wrapper(
 ) -> Callable[..., Any]:
     """``original`` run in float32 where half arithmetic would reach it: when the ``trigger``
     tensor argument (default: the first tensor parameter) has a dtype in ``half`` (and is on
-    ``device``, if given), every half tensor argument is widened to float32, the original runs
-    (with autocast off for the trigger's device type, if it was on), and each floating output is
-    narrowed to the trigger's dtype (or kept in float32 where ``outputs`` says ``"float32"``).
+    ``device``, if given), every half tensor argument is widened to float32, the original runs,
+    and each floating output is narrowed to the trigger's dtype (or kept in float32 where
+    ``outputs`` says ``"float32"``); under autocast the original runs with autocast off for the
+    trigger's device type, and with the ``"float32"`` autocast rule its outputs stay float32.
 
     Under ``torch.autocast`` in one of the ``half`` dtypes (``autocast`` not None), a float32
     trigger takes the same float32 path: the original runs on the widened arguments with autocast
@@ -715,6 +716,10 @@ def _promote_plan(
     # autocast and compiles none of it (torch.jit.is_scripting() is resolved when it compiles).
     source = f"def {function.__name__}({params}){returns}:\n"
     if half_inputs:
+        # Under autocast a kornia function's float32 computation returns float32, as autocast's
+        # own float32 ops do (a half activation reaching a precision-sensitive op comes back
+        # float32 there: cdist, softmax); a torch op stood in for keeps its input's dtype.
+        autocast_result = "_halfpatch_out" if autocast == AUTOCAST_FLOAT32 else result_source
         source += (
             f"    if {condition}:\n"
             f"        _halfpatch_dtype = {trigger}.dtype\n"
@@ -722,7 +727,7 @@ def _promote_plan(
             f"            if _halfpatch_autocast_on({trigger}):\n"
             f"                with _halfpatch_autocast_off({trigger}.device.type):\n"
             f"                    _halfpatch_out = _halfpatch_original({widened_call})\n"
-            f"                return {result_source}\n"
+            f"                return {autocast_result}\n"
             f"        _halfpatch_out = _halfpatch_original({widened_call})\n"
             f"        return {result_source}\n"
         )

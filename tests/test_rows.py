@@ -388,6 +388,30 @@ def test_under_autocast_a_float32_call_is_the_float32_call_outside_autocast(inst
     assert same(got, expected), f"autocast {autocast_dtype}: rule {rule}"
 
 
+@rows(among=ROWS)
+@pytest.mark.parametrize("autocast_dtype", AUTOCAST_DTYPES)
+def test_under_autocast_a_half_call_is_the_float32_call_on_the_widened_inputs(installed, autocast_dtype):
+    """A half tensor reaching a row under autocast (an activation of the caller's autocast
+    network): the float32 computation runs with autocast off; a kornia function returns its
+    float32 outputs (autocast's convention for its float32 ops), a torch op stood in for
+    narrows them to the input's dtype, as outside autocast."""
+    original, replacement, target = installed
+    row = target.row
+    if not isinstance(row, _model.Promote) or not row.half_inputs:
+        pytest.skip("not a row taking half inputs")
+    factory = example_factory(target)
+    for name in row.promoted_dtypes():
+        dtype = HALF_DTYPE_NAMES[name]
+        args = factory(dtype)
+        if not row_acts_on(target, original, args):
+            continue
+        with torch.autocast("cpu", dtype=autocast_dtype):
+            got = replacement(*args)
+        computed = original(*widened_example(target, factory, dtype))
+        expected = computed if row.autocast == "float32" else narrowed(computed, dtype, row.outputs)
+        assert same(got, expected), name
+
+
 @rows()
 def test_a_non_tensor_input_gets_the_originals_own_error(installed):
     """kornia's own "Not a Tensor type" checks: a list where the trigger tensor goes must reach the

@@ -797,9 +797,6 @@ METHOD_KERNEL_ROWS = (
          "Tensor.topk has no float16 CPU kernel in older torch (topk_cpu, torch 2.1): the ranking of the widened "
          "scores (exact: the same order), the accuracies float32 as the release computes them",
          kernels=("topk",), outputs=("float32",)),
-    _row("kornia.geometry.transform.thin_plate_spline:warp_points_tps",
-         "Tensor.matmul (bmm) has no float16 CPU kernel in older torch (torch 2.1): the kernel distances and the "
-         "warp of the widened points in float32, narrowed once", kernels=("bmm", "mm")),
     _row("kornia.enhance.integral:integral_tensor",
          "Tensor.cumsum has no float16 CPU kernel in older torch (cumsum_out_cpu): the running sums in float32, "
          "narrowed once", kernels=("cumsum",)),
