@@ -53,11 +53,33 @@ def _takes_device_type() -> bool:
     return True
 
 
+def _device_types_without_autocast() -> frozenset:
+    """The device types torch's autocast does not know (``meta``, ``lazy``, ...): asking about
+    them raises "unknown device type for autocast", and a tensor there is never narrowed by it."""
+    import warnings
+
+    unknown = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for device_type in (
+            "meta", "lazy", "opengl", "opencl", "ideep", "hip", "fpga", "maia", "ve", "vulkan",
+            "metal", "ort", "xla", "mtia", "ipu", "hpu", "xpu", "mps", "privateuseone",
+        ):
+            try:
+                torch.is_autocast_enabled(device_type)
+            except (RuntimeError, TypeError, ValueError):
+                unknown.add(device_type)
+    return frozenset(unknown)
+
+
 if _takes_device_type():
+    _WITHOUT_AUTOCAST = _device_types_without_autocast()
 
     def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
         """The dtype autocast computes its lower-precision ops in on ``device_type`` in this
-        thread, or None where autocast is off there."""
+        thread, or None where autocast is off there (or autocast has no such device type)."""
+        if device_type in _WITHOUT_AUTOCAST:
+            return None
         if not torch.is_autocast_enabled(device_type):
             return None
         return torch.get_autocast_dtype(device_type)

@@ -334,3 +334,21 @@ def _cpu_has_avx512_fp16():
     from kornia_halfpatch.fixes.filters_conv_hang import cpu_has_avx512_fp16
 
     return cpu_has_avx512_fp16()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tensors_on_device_types_autocast_does_not_know_pass_through_as_unpatched(dtype):
+    """A meta tensor (shape inference, fake tensors) under CPU autocast: torch's autocast has no
+    meta device type and raises when asked about it; the fixes must treat it as "no autocast" and
+    give the release's shapes and dtypes, never that error."""
+    from kornia_halfpatch import _precision
+
+    meta = torch.empty(1, 1, 8, 8, device="meta", dtype=dtype)
+    assert _precision.autocast_dtype("meta") is None
+    assert not _precision.leave_autocast(meta) and _precision.half_reaching(meta) == dtype
+    caller_state = torch.autocast("cpu", dtype=dtype) if cpu_autocast_accepts(dtype) else contextlib.nullcontext()
+    with caller_state:
+        with testing.isolated(()):
+            expected = kornia.filters.gaussian_blur2d(meta, (3, 3), (1.0, 1.0))
+        got = kornia.filters.gaussian_blur2d(meta, (3, 3), (1.0, 1.0))
+    assert got.device.type == "meta" and (got.shape, got.dtype) == (expected.shape, expected.dtype)
