@@ -35,6 +35,8 @@ from typing import Any, Optional
 
 import torch
 
+from ._torch_compat import is_compiling
+
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -91,13 +93,25 @@ else:  # torch < 2.4: one function per device type (CPU and CUDA; others have no
         thread, or None where autocast is off there."""
         if device_type == "cpu":
             if torch.is_autocast_cpu_enabled():
+                if is_compiling():
+                    return _dtype_of_an_autocast_matmul(device_type)
                 return torch.get_autocast_cpu_dtype()
             return None
         if device_type == "cuda":
             if torch.is_autocast_enabled():
+                if is_compiling():
+                    return _dtype_of_an_autocast_matmul(device_type)
                 return torch.get_autocast_gpu_dtype()
             return None
         return None
+
+    def _dtype_of_an_autocast_matmul(device_type: str) -> torch.dtype:
+        """Autocast's dtype, read while dynamo traces: torch 2.1's dynamo cannot trace
+        ``get_autocast_cpu_dtype()`` (a torch function returning a dtype), but it propagates
+        autocast to a traced matmul, whose dtype is then known at trace time (the unused product
+        is dropped from the graph)."""
+        probe = torch.ones(1, 1, device=device_type)
+        return torch.mm(probe, probe).dtype
 
 
 def autocast_half(x: Any) -> Optional[torch.dtype]:

@@ -336,19 +336,38 @@ def _cpu_has_avx512_fp16():
     return cpu_has_avx512_fp16()
 
 
+def _outcome(function, *args):
+    try:
+        return function(*args)
+    except Exception as error:  # the release's own refusal of meta tensors is the reference
+        return error
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_tensors_on_device_types_autocast_does_not_know_pass_through_as_unpatched(dtype):
     """A meta tensor (shape inference, fake tensors) under CPU autocast: torch's autocast has no
     meta device type and raises when asked about it; the fixes must treat it as "no autocast" and
-    give the release's shapes and dtypes, never that error."""
+    give the release's shapes and dtypes (or its own error), never autocast's error."""
     from kornia_halfpatch import _precision
 
-    meta = torch.empty(1, 1, 8, 8, device="meta", dtype=dtype)
+    meta = torch.empty(1, 1, 32, 32, device="meta", dtype=dtype)
     assert _precision.autocast_dtype("meta") is None
     assert not _precision.leave_autocast(meta) and _precision.half_reaching(meta) == dtype
+    laf = torch.tensor([[[[6.0, 1.0, 16.0], [-1.0, 5.0, 15.0]]]], device="meta")
+    cases = [
+        (kornia.filters.gaussian_blur2d, meta, (3, 3), (1.0, 1.0)),
+        (kornia.feature.extract_patches_simple, meta, laf, 8),
+        (kornia.geometry.transform.warp_affine, meta, torch.eye(2, 3, device="meta")[None], (16, 16)),
+    ]
     caller_state = torch.autocast("cpu", dtype=dtype) if cpu_autocast_accepts(dtype) else contextlib.nullcontext()
-    with caller_state:
-        with testing.isolated(()):
-            expected = kornia.filters.gaussian_blur2d(meta, (3, 3), (1.0, 1.0))
-        got = kornia.filters.gaussian_blur2d(meta, (3, 3), (1.0, 1.0))
-    assert got.device.type == "meta" and (got.shape, got.dtype) == (expected.shape, expected.dtype)
+    for function, *args in cases:
+        with caller_state:
+            with testing.isolated(()):
+                expected = _outcome(function, *args)
+            got = _outcome(function, *args)
+        name = function.__name__
+        if isinstance(expected, Exception):
+            assert isinstance(got, type(expected)), (name, expected, got)
+        else:
+            assert not isinstance(got, Exception), (name, got)
+            assert got.device.type == "meta" and (got.shape, got.dtype) == (expected.shape, expected.dtype), name

@@ -217,6 +217,7 @@ def _gradient_params():
             for name in gen.NETWORKS for config, case in gen.GRADIENT_CASES]
 
 
+@needs_old_kornia
 @pytest.mark.parametrize("cpu_half", ["native"], indirect=True)
 @pytest.mark.parametrize("name,config,case", _gradient_params())
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
@@ -234,6 +235,7 @@ def test_native_weight_gradients_are_finite_and_no_further_from_float32_than_kor
     assert stray <= 1.05 * upstream_stray + 1e-6, (stray, upstream_stray)
 
 
+@needs_old_kornia
 @pytest.mark.parametrize("cpu_half", ["float32"], indirect=True)
 @pytest.mark.parametrize("name", gen.NETWORKS)
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
@@ -250,6 +252,7 @@ def test_float32_mode_weight_gradients_are_the_float32_gradients_narrowed(cpu_ha
         assert g_half.dtype == dtype and bitwise_equal(g_half, g_32.to(dtype))
 
 
+@needs_old_kornia
 @pytest.mark.parametrize("name", gen.NETWORKS)
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
 def test_descriptors_in_both_modes_are_finite_and_in_the_input_dtype(cpu_half, name, dtype):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import types
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -555,13 +556,36 @@ def run_in_float32(
     return _narrow(output, half)
 
 
+# The dtypes the installed hooks compute in float32, fixed when they are installed (after
+# configure), as the mode is: a bfloat16 call on a CPU with bfloat16 arithmetic keeps the release's
+# path under auto. The hooks read module globals, not closure cells: torch 2.1's dynamo guards a
+# hook's closure cells through ``module.__call__.__func__.__closure__`` (Module's own ``__call__``,
+# which has none) and fails to compile the caller's function ("'NoneType' object is not
+# subscriptable").
+_installed_dtypes: Tuple[torch.dtype, ...] = ()
+
+
+def _call_impl_over_modules(self, *args, **kwargs):
+    # The hook of a row class whose _call_impl was nn.Module's (every row class in every release).
+    half = float32_wanted(self, args, kwargs, _installed_dtypes)
+    if half is not None:
+        return run_in_float32(self, args, kwargs, half)
+    return torch.nn.Module._call_impl(self, *args, **kwargs)
+
+
 def build_call_impl(original: Any) -> Any:
-    # The dtypes are fixed when the hook is installed (after configure), as the mode is: a
-    # bfloat16 call on a CPU with bfloat16 arithmetic keeps the release's path under auto.
-    dtypes = promoted_dtypes()
+    global _installed_dtypes
+    _installed_dtypes = promoted_dtypes()
+    if original is torch.nn.Module._call_impl:
+        # A function of its own per class (the engine installs and reverts each), without a closure.
+        template = _call_impl_over_modules
+        hook = types.FunctionType(template.__code__, template.__globals__, "_call_impl", None, None)
+        hook.__qualname__ = "_call_impl"
+        hook.__module__ = template.__module__
+        return hook
 
     def _call_impl(self, *args, **kwargs):
-        half = float32_wanted(self, args, kwargs, dtypes)
+        half = float32_wanted(self, args, kwargs, _installed_dtypes)
         if half is not None:
             return run_in_float32(self, args, kwargs, half)
         return original(self, *args, **kwargs)
