@@ -371,3 +371,33 @@ def test_tensors_on_device_types_autocast_does_not_know_pass_through_as_unpatche
         else:
             assert not isinstance(got, Exception), (name, got)
             assert got.device.type == "meta" and (got.shape, got.dtype) == (expected.shape, expected.dtype), name
+
+
+@pytest.mark.parametrize("dtype", AUTOCAST_DTYPES)
+def test_mkd_whitening_built_under_autocast_runs_under_autocast_as_the_release_runs_it(dtype):
+    """kornia's PCA whitening with eigenvalue attenuation (``pcawt``) multiplies its eigenvectors
+    at construction: built under autocast, the module holds a half matrix beside float32 ones.
+    The release runs it under autocast (the matmul casts both operands); a float32 call with
+    autocast off would meet a dtype error (kornia 0.8.3's own test_whitened_shape did)."""
+    from kornia.feature.mkd import Whitening
+
+    generator = torch.Generator().manual_seed(0)
+    mkd = kornia.feature.MKDDescriptor(patch_size=9, kernel_type="polar", whitening=None).eval()
+    dims = mkd.odims
+    eigvecs, _ = torch.linalg.qr(torch.randn(dims, dims, generator=generator))
+    model = {"pca": {"mean": 0.01 * torch.randn(dims, generator=generator), "eigvecs": eigvecs,
+                     "eigvals": torch.linspace(2.0, 0.1, dims)}}
+    patches = torch.rand(2, 1, 9, 9, generator=torch.Generator().manual_seed(1))
+    mkd.whitening, mkd.whitening_layer = "pcawt", Whitening("pcawt", model, in_dims=dims, output_dims=64)
+    with torch.no_grad():
+        reference = mkd(patches)  # the float32 call outside autocast
+    with torch.autocast("cpu", dtype=dtype):
+        mkd.whitening_layer = Whitening("pcawt", model, in_dims=dims, output_dims=64)
+        assert mkd.whitening_layer.evecs.dtype == dtype  # kornia's construction under autocast
+        with testing.isolated(()):
+            expected = mkd(patches)
+        got = mkd(patches)
+    assert got.dtype == expected.dtype and got.shape == expected.shape == (2, 64)
+    assert torch.isfinite(got).all()
+    # The half eigenvectors are the module's own now: within the census's bound of the float32 call.
+    assert (got.float() - reference).abs().max() <= 0.05 * reference.abs().max()

@@ -556,36 +556,64 @@ def run_in_float32(
     return _narrow(output, half)
 
 
-# The dtypes the installed hooks compute in float32, fixed when they are installed (after
-# configure), as the mode is: a bfloat16 call on a CPU with bfloat16 arithmetic keeps the release's
-# path under auto. The hooks read module globals, not closure cells: torch 2.1's dynamo guards a
-# hook's closure cells through ``module.__call__.__func__.__closure__`` (Module's own ``__call__``,
-# which has none) and fails to compile the caller's function ("'NoneType' object is not
-# subscriptable").
-_installed_dtypes: Tuple[torch.dtype, ...] = ()
+# Each hook computes in float32 the dtypes fixed when it was built (after configure), as the mode
+# is: a bfloat16 call on a CPU with bfloat16 arithmetic keeps the release's path under auto (a
+# restore re-installs the hooks built then, with their dtypes). A hook reads them from a module
+# constant, not a closure cell: torch 2.1's dynamo guards a hook's closure cells through
+# ``module.__call__.__func__.__closure__`` (Module's own ``__call__``, which has none) and fails
+# to compile the caller's function ("'NoneType' object is not subscriptable"). So there is one
+# template per set of dtypes, each a plain function over module globals.
+_FLOAT16_ONLY = (torch.float16,)
+_BFLOAT16_ONLY = (torch.bfloat16,)
+_BOTH_HALF = (torch.float16, torch.bfloat16)
+_NO_HALF: Tuple[torch.dtype, ...] = ()
 
 
-def _call_impl_over_modules(self, *args, **kwargs):
-    # The hook of a row class whose _call_impl was nn.Module's (every row class in every release).
-    half = float32_wanted(self, args, kwargs, _installed_dtypes)
+def _hooked_call(self: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], dtypes: Tuple[torch.dtype, ...]) -> Any:
+    half = float32_wanted(self, args, kwargs, dtypes)
     if half is not None:
         return run_in_float32(self, args, kwargs, half)
     return torch.nn.Module._call_impl(self, *args, **kwargs)
 
 
+def _call_impl_float16(self, *args, **kwargs):
+    return _hooked_call(self, args, kwargs, _FLOAT16_ONLY)
+
+
+def _call_impl_bfloat16(self, *args, **kwargs):
+    return _hooked_call(self, args, kwargs, _BFLOAT16_ONLY)
+
+
+def _call_impl_both(self, *args, **kwargs):
+    return _hooked_call(self, args, kwargs, _BOTH_HALF)
+
+
+def _call_impl_neither(self, *args, **kwargs):
+    return _hooked_call(self, args, kwargs, _NO_HALF)
+
+
+_TEMPLATES = {
+    _FLOAT16_ONLY: _call_impl_float16,
+    _BFLOAT16_ONLY: _call_impl_bfloat16,
+    _BOTH_HALF: _call_impl_both,
+    _NO_HALF: _call_impl_neither,
+}
+
+
 def build_call_impl(original: Any) -> Any:
-    global _installed_dtypes
-    _installed_dtypes = promoted_dtypes()
+    chosen = promoted_dtypes()
+    dtypes = tuple(dtype for dtype in _BOTH_HALF if dtype in chosen)
     if original is torch.nn.Module._call_impl:
-        # A function of its own per class (the engine installs and reverts each), without a closure.
-        template = _call_impl_over_modules
+        # Every row class in every release: a function of its own per class (the engine installs
+        # and reverts each), the template's code over the module's globals, no closure.
+        template = _TEMPLATES[dtypes]
         hook = types.FunctionType(template.__code__, template.__globals__, "_call_impl", None, None)
         hook.__qualname__ = "_call_impl"
         hook.__module__ = template.__module__
         return hook
 
     def _call_impl(self, *args, **kwargs):
-        half = float32_wanted(self, args, kwargs, _installed_dtypes)
+        half = float32_wanted(self, args, kwargs, dtypes)
         if half is not None:
             return run_in_float32(self, args, kwargs, half)
         return original(self, *args, **kwargs)
