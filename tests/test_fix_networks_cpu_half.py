@@ -616,3 +616,31 @@ def test_demonstration_holds_and_status_says_why(float32_mode):
     assert float32_mode.facts[FIX].startswith("float32 in force (apply(cpu_half='float32'))")
     with testing.isolated(only=[FIX], cpu_half="native") as report:
         assert report.facts[FIX].startswith("native in force")
+
+
+def test_each_hook_keeps_the_dtypes_it_was_built_with_across_nested_blocks(monkeypatch):
+    """A block that re-applies with another mode and then restores puts the earlier hooks back as
+    they were built: auto with native bfloat16 computes only float16 in float32, whatever a nested
+    float32-mode block installed in between (the hooks' dtypes are theirs, not the last build's)."""
+    monkeypatch.delenv(_options.CPU_HALF.variable, raising=False)
+    monkeypatch.setenv(_options.CPU_NATIVE_HALF.variable, "0")
+    monkeypatch.setenv(_options.CPU_NATIVE_BFLOAT16.variable, "1")
+    widened = []
+    original_run = cpu_half.run_in_float32
+    monkeypatch.setattr(cpu_half, "run_in_float32", lambda module, args, kwargs, half: widened.append(half) or original_run(module, args, kwargs, half))
+    network = KF.HardNet(pretrained=False).eval()
+    patches = torch.rand(2, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+
+    def widened_dtypes():
+        widened.clear()
+        with torch.no_grad():
+            for dtype in (torch.float16, torch.bfloat16):
+                copy.deepcopy(network).to(dtype)(patches.to(dtype))
+        return list(widened)
+
+    with testing.isolated(only=[FIX], cpu_half="auto") as report:
+        assert FIX in report.applied
+        assert widened_dtypes() == [torch.float16]
+        with testing.isolated(only=[FIX], cpu_half="float32"):
+            assert widened_dtypes() == [torch.float16, torch.bfloat16]
+        assert widened_dtypes() == [torch.float16]
