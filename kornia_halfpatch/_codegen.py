@@ -33,6 +33,7 @@ import json
 import linecache
 import marshal
 import sys
+import textwrap
 import threading
 import types
 import typing
@@ -776,3 +777,112 @@ def widen_dtypes_wrapper(
         f"    return _halfpatch_original({call})\n"
     )
     return _finish(function, source, namespace, label)
+
+
+# --------------------------------------------------------------------------------------------
+# EditSource rows: the release's own function, a few lines edited
+
+
+class SourceEditMismatch(LookupError):
+    """The release's source of a function does not hold an edit's text exactly once."""
+
+
+def _edited_source_of(original: Any, edits: Sequence[Tuple[str, str]]) -> Tuple[types.FunctionType, str]:
+    """(the function whose source is edited, its source with ``edits`` made). The function is
+    the innermost one of a decorated original: its source starts at its decorators, so executing
+    the edited source decorates the edited function as the release decorated its own."""
+    function = inspect.unwrap(python_function_of(original))
+    if not isinstance(function, types.FunctionType):
+        raise SourceEditMismatch(f"{original!r} is not a Python function")
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError) as exc:
+        raise SourceEditMismatch(f"the source of {function.__qualname__} is not available: {exc}") from None
+    for old, new in edits:
+        for candidate, replacement in ((old, new), (_swap_quotes(old), _swap_quotes(new))):
+            count = source.count(candidate)
+            if count:
+                break
+        if count != 1:
+            where = "not found" if count == 0 else f"found {count} times"
+            raise SourceEditMismatch(f"{function.__qualname__}: {old.strip().splitlines()[0]!r} {where}")
+        start = source.index(candidate)
+        line_start = source.rfind("\n", 0, start) + 1
+        indentation = source[line_start:start]
+        indentation = indentation[: len(indentation) - len(indentation.lstrip())]
+        source = source.replace(candidate, replacement.replace("\n", "\n" + indentation))
+    return function, source
+
+
+def _swap_quotes(text: str) -> str:
+    return text.translate(str.maketrans({'"': "'", "'": '"'}))
+
+
+def source_edit_problem(
+    original: Any, edits: Sequence[Tuple[str, str]], helpers: Sequence[str] = ()
+) -> Optional[str]:
+    """None where every edit applies to the installed release's source and every global name the
+    edited code reads exists in the release's module (or is a helper), else what differs."""
+    try:
+        function, source = _edited_source_of(original, edits)
+    except SourceEditMismatch as exc:
+        return f"the release's source differs: {exc}"
+    try:
+        code = compile(source, _PLACEHOLDER_FILENAME, "exec")
+    except SyntaxError as exc:
+        return f"the edited source does not compile: {exc}"
+    import builtins
+
+    missing = sorted(
+        name for name in _global_names(code) - set(_global_names(function.__code__)) - set(helpers)
+        if name not in function.__globals__ and not hasattr(builtins, name)
+    )
+    if missing:
+        return f"the edited lines read {', '.join(missing)}, which {function.__module__} does not define"
+    return None
+
+
+def _global_names(code: types.CodeType) -> set:
+    import dis
+
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _global_names(constant)
+    return names
+
+
+def edited_function(
+    original: Any, edits: Sequence[Tuple[str, str]], label: str = "", helpers: Optional[Dict[str, Any]] = None
+) -> Callable[..., Any]:
+    """``original`` recompiled from its release's source with ``edits``, in the release's own module
+    globals (names the engine rebinds there, module views included, reach it as they reach the
+    original), with the original's closure cells (a method's ``__class__`` for ``super()``) and
+    decorators. The edited source is registered in ``linecache`` so that ``inspect.getsource``
+    and TorchScript read it."""
+    function, source = _edited_source_of(original, edits)
+    helpers = dict(helpers or {})
+    for name in helpers:
+        if not name.startswith("_halfpatch_") or name in function.__code__.co_names + function.__code__.co_varnames:
+            raise ValueError(f"helper {name!r}: a helper's name starts with _halfpatch_ and is not the release's")
+    free = function.__code__.co_freevars + tuple(helpers)
+    if free:
+        # The original's cells and the helpers, passed to a factory whose parameters the edited
+        # function closes over.
+        body = textwrap.indent(source, "    ")
+        source = f"def _halfpatch_edited({', '.join(free)}):\n{body}    return {function.__name__}\n"
+    filename = _register_source(source, label or f"edited {function.__module__}.{function.__qualname__}")
+    scope: Dict[str, Any] = {}
+    # The module's own globals (not a copy), and the definitions kept in ``scope``: nothing is
+    # added to the module.
+    exec(_with_filename(compile(source, _PLACEHOLDER_FILENAME, "exec"), filename), function.__globals__, scope)  # noqa: S102
+    if free:
+        cells = [cell.cell_contents for cell in function.__closure__ or ()] + list(helpers.values())
+        edited = scope["_halfpatch_edited"](*cells)
+    else:
+        edited = scope[function.__name__]
+    inner = inspect.unwrap(edited)
+    inner.__qualname__ = function.__qualname__
+    if inner is not edited:
+        edited.__qualname__ = function.__qualname__
+    return edited

@@ -46,7 +46,7 @@ from ._functions import python_function_of, resolve_path
 from ._identity import give_identity, parameter_names
 from ._import_hook import run_when_kornia_is_imported
 from ._installed import Entry, fix_names, get_original, is_patched, lock, registry
-from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, Target, TargetStatus, Verdict
+from ._model import SCOPE_KORNIA, Finding, Fix, FixStatus, Report, Target, TargetStatus, Verdict, unsupported
 from ._safety import HalfPatchWarning, describe_exception, logger, outside_compiler, warn
 from ._selection import check_options, select
 
@@ -370,6 +370,12 @@ def _gate_rows(fix: Fix, resolved: Optional[List[Optional[Resolved]]]) -> Dict[i
     if resolved is None:
         return findings
     for index, target in enumerate(fix.targets):
+        if target.check is not None and resolved[index] is not None:
+            problem = target.check(resolved[index][2])
+            if problem is not None:
+                findings[index] = unsupported(problem)
+                resolved[index] = None
+                continue
         if target.gate is not None and resolved[index] is not None:
             findings[index] = target.gate()
             if not findings[index].needed:

@@ -2,7 +2,7 @@
 
 A fix is a table. Each line is one target with its numerical reason, either a hand-written
 :class:`Target` (where the maths differ: feature_patches, feature_descriptors's normalisation) or a row
-of one of three kinds whose replacement the engine generates from the original's signature
+of one of four kinds whose replacement the engine generates from the original's signature
 (:mod:`kornia_halfpatch._codegen`):
 
 * :class:`Promote`: a kornia function or method (``forward``) computed in float32 for half
@@ -12,6 +12,8 @@ of one of three kinds whose replacement the engine generates from the original's
   ``_kornia_scope``), optionally on one device type.
 * :class:`WidenDtypes`: a kornia dtype validator whose accepted list gains float16/bfloat16
   wherever it accepts float32; every other dtype still gets kornia's own error.
+* :class:`EditSource`: a kornia function recompiled from the release's own source with a few
+  lines edited (a network's own float32 tensor made to follow its half dtype).
 
 This module imports neither torch nor kornia (the pytest plugin imports the package).
 """
@@ -98,6 +100,10 @@ class Target:
     # the bug (a Finding; NEEDED or NOT_NEEDED): a row standing in for a missing half CPU kernel
     # (kernel_gate) is left out where the kernel exists.
     gate: Optional[Callable[[], "Finding"]] = None
+    # Whether the resolved original has the shape this target's replacement is built from, beyond
+    # its parameters: a sentence saying what differs, or None. A target whose check fails is left
+    # out alone (unsupported on this release); the fix's other targets still go in.
+    check: Optional[Callable[[Any], Optional[str]]] = None
 
     @property
     def label(self) -> str:
@@ -235,8 +241,59 @@ class WidenDtypes:
         )
 
 
-Row = Union[Promote, PromoteForKornia, WidenDtypes]
-ROW_KINDS = (Promote, PromoteForKornia, WidenDtypes)
+@dataclass(frozen=True)
+class EditSource:
+    """Row: a kornia function or method recompiled from the installed release's own source with
+    ``edits``, ``(old, new)`` text pairs, for a few lines of a network that would otherwise cost
+    the whole network its half arithmetic (a tensor the network makes in float32 beside its half
+    activations; a softmax's logits rounded in half before ``exp``).
+
+    Each ``old`` must occur exactly once in the function's source, as written or with its quotes
+    swapped (releases differ in quote style); a line break in ``new`` continues at ``old``'s
+    indentation. The recompiled function keeps the release's module globals, decorators and
+    closure: it is the release's code with the edited lines and nothing else, so eager,
+    ``torch.compile`` and TorchScript (which reads the registered source) all run the edit. Where
+    an ``old`` is missing or repeated (the release wrote it otherwise) the row is unsupported
+    there and the fix's other rows go in. An edit must leave float32 and float64 to the
+    release's own code path (a condition on the half dtype), which the contract battery checks
+    bit for bit.
+    """
+
+    candidates: Union[str, Tuple[str, ...]]
+    reason: str
+    edits: Tuple[Tuple[str, str], ...] = ()
+    optional: bool = True
+    # "module:function" references the edited lines call, each under its own name (which starts
+    # with ``_halfpatch_``, a name no release uses): passed in as closure cells, so the module's
+    # globals stay the release's.
+    helpers: Tuple[str, ...] = ()
+
+    def check(self, original: Any) -> Optional[str]:
+        from ._codegen import source_edit_problem
+
+        return source_edit_problem(original, self.edits, [reference.rpartition(":")[2] for reference in self.helpers])
+
+    def build(self, original: Any) -> Any:
+        from ._codegen import edited_function
+
+        helpers = {reference.rpartition(":")[2]: load(reference) for reference in self.helpers}
+        return edited_function(original, self.edits, helpers=helpers)
+
+    def target(self) -> Target:
+        return Target(
+            _candidates(self.candidates),
+            self.build,
+            None,
+            self.optional,
+            SCOPE_EVERYWHERE,
+            reason=self.reason,
+            row=self,
+            check=self.check,
+        )
+
+
+Row = Union[Promote, PromoteForKornia, WidenDtypes, EditSource]
+ROW_KINDS = (Promote, PromoteForKornia, WidenDtypes, EditSource)
 
 
 def table(kind: type = Promote, **defaults: Any) -> Callable[..., Row]:

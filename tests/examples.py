@@ -1136,6 +1136,108 @@ def erosion3d_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return (HausdorffERLoss3D(),) + _in(dtype, pred) + ((_rand(g, 1, 1, 3, 8, 8) > 0.5).long(),)
 
 
+# --------------------------------------------------------------------------------------------
+# networks_half: each network's edited method on its module in the example's dtype (seeded random
+# weights, built afresh per call). Their half rule is their network's (tests/test_fix_networks_half.py);
+# the battery holds them to float32/float64 bit for bit, revert, pickling and identity.
+
+
+def _module_of(reference: str, dtype: torch.dtype, *args: object, **kwargs: object) -> torch.nn.Module:
+    import importlib
+
+    module_name, _, name = reference.partition(":")
+    torch.manual_seed(0)
+    return getattr(importlib.import_module(module_name), name)(*args, **kwargs).eval().to(dtype)
+
+
+def _first_module(references: Tuple[str, ...], dtype: torch.dtype, *args: object, **kwargs: object) -> torch.nn.Module:
+    for reference in references:
+        try:
+            return _module_of(reference, dtype, *args, **kwargs)
+        except (ImportError, AttributeError):
+            continue
+    raise LookupError(references[0])
+
+
+def lightglue_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """LightGlue(features=None, 2 layers, no point pruning: the release runs float64 there too), 100
+    keypoints per image."""
+    net = _module_of("kornia.feature.lightglue:LightGlue", dtype, features=None, n_layers=2, width_confidence=-1)
+    g = torch.Generator().manual_seed(41)
+    k0, d0, d1 = _in(dtype, _rand(g, 1, 100, 2) * 60, _rand(g, 1, 100, 256) - 0.5, _rand(g, 1, 100, 256) - 0.5)
+    size = torch.tensor([[64, 64]])
+    return (net, {"image0": {"keypoints": k0, "descriptors": d0, "image_size": size},
+                  "image1": {"keypoints": k0 + 1, "descriptors": d1, "image_size": size}})
+
+
+def dedode_detector_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """DeDoDe's L detector, a (1, 3, 32, 32) image."""
+    import kornia.feature.dedode.dedode_models as models
+
+    torch.manual_seed(0)
+    net = models.get_detector("L", torch.float16).eval().to(dtype)
+    return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(42), 1, 3, 32, 32))
+
+
+def defmo_rendering_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """DeFMO's rendering network on a (1, 2048, 2, 2) latent."""
+    net = _module_of("kornia.feature.defmo:RenderingDeFMO", dtype)
+    return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(43), 1, 2048, 2, 2))
+
+
+def tiny_vit_attention_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """TinyViT's Attention(dim 16, key_dim 4, 2 heads, resolution 3x3) after eval(): its bias cached."""
+    net = _first_module(("kornia.contrib.models.tiny_vit:Attention", "kornia.models.tiny_vit:Attention"), dtype,
+                        16, 4, num_heads=2, attn_ratio=1.0, resolution=(3, 3))
+    return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(44), 2, 9, 16))
+
+
+def sam_position_encoding_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """SAM's PositionEmbeddingRandom(8) on (1, 3, 2) points in [0, 1]."""
+    net = _first_module(("kornia.contrib.models.sam.architecture.prompt_encoder:PositionEmbeddingRandom",
+                         "kornia.models.sam.architecture.prompt_encoder:PositionEmbeddingRandom"), dtype, 8)
+    return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(45), 1, 3, 2))
+
+
+def sam_prompt_encoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """SAM's PromptEncoder(embed 8, 4x4 embeddings of a 16x16 image) on two labelled points."""
+    net = _first_module(("kornia.contrib.models.sam.architecture.prompt_encoder:PromptEncoder",
+                         "kornia.models.sam.architecture.prompt_encoder:PromptEncoder"), dtype,
+                        embed_dim=8, image_embedding_size=(4, 4), input_image_size=(16, 16), mask_in_chans=4)
+    points = _in(dtype, _rand(torch.Generator().manual_seed(46), 1, 2, 2) * 15)[0]
+    return (net, (points, torch.tensor([[1, 0]])), None, None)
+
+
+def lite_mla_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """EfficientViT's LiteMLA(16, 16, dim 8) linear attention on its (1, 96, 4, 4) multi-scale qkv."""
+    net = _first_module(("kornia.contrib.models.efficient_vit.nn.ops:LiteMLA",
+                         "kornia.models.efficient_vit.nn.ops:LiteMLA"), dtype, 16, 16, dim=8)
+    return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(47), 1, 96, 4, 4))
+
+
+def loftr_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """LoFTR (random weights) on two (1, 1, 32, 32) images."""
+    net = _module_of("kornia.feature.loftr:LoFTR", dtype, pretrained=None)
+    g = torch.Generator().manual_seed(48)
+    image0, image1 = _in(dtype, _rand(g, 1, 1, 32, 32), _rand(g, 1, 1, 32, 32))
+    return (net, {"image0": image0, "image1": image1})
+
+
+def nerf_positional_encoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """NeRF's PositionalEncoder(3 dims, 10 frequencies) on (4, 3) points in [0, 1]."""
+    from kornia.nerf.positional_encoder import PositionalEncoder
+
+    return (PositionalEncoder(3, 10),) + _in(dtype, _rand(torch.Generator().manual_seed(49), 4, 3))
+
+
+def rotary_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """MoonViT's apply_rotary_pos_emb: (1, 2, 5, 8) queries, float32 (5, 8) cos and sin tables."""
+    g = torch.Generator().manual_seed(50)
+    angles = _rand(g, 5, 8) * 6
+    return _in(dtype, _rand(g, 1, 2, 5, 8) - 0.5) + (angles.cos(), angles.sin())
+
+
+
 EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "HausdorffERLoss3D.forward": erosion3d_call,
     "PolicyAugmentBase.get_transformation_matrix": auto_augment_matrix_call,
@@ -1308,6 +1410,16 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "Affine.forward": affine_module_call,
     "HomographyWarper.forward": homography_warper_call,
     "HomographyWarper.precompute_warp_grid": homography_warper_precompute_call,
+    "LightGlue._forward": lightglue_call,
+    "DeDoDeDetector.forward": dedode_detector_call,
+    "RenderingDeFMO.forward": defmo_rendering_call,
+    "Attention.forward": tiny_vit_attention_call,
+    "PositionEmbeddingRandom._pe_encoding": sam_position_encoding_call,
+    "PromptEncoder.forward": sam_prompt_encoder_call,
+    "LiteMLA.relu_linear_att": lite_mla_call,
+    "LoFTR.forward": loftr_call,
+    "PositionalEncoder.forward": nerf_positional_encoder_call,
+    "apply_rotary_pos_emb": rotary_call,
 }
 
 

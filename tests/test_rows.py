@@ -72,6 +72,7 @@ KIND_EXAMPLES = {
     "torch.nn.functional:interpolate": resized_image,
     "kornia.augmentation.utils.helpers:_validate_input_dtype": validated_input,
     "torch.nn.functional:softmax": softmax_input,
+    "kornia.color.rgb:rgb_to_bgr": rgb_image,
 }
 
 KINDS_FIX = _model.Fix(
@@ -83,6 +84,12 @@ KINDS_FIX = _model.Fix(
         ),
         _model.WidenDtypes(
             "kornia.augmentation.utils.helpers:_validate_input_dtype", "example row: augmentation accepts bfloat16"
+        ),
+        _model.EditSource(
+            "kornia.color.rgb:rgb_to_bgr", "example row: rgb_to_bgr's own line, edited to swap half channels in float32",
+            edits=(("return bgr_to_rgb(image)",
+                    "return bgr_to_rgb(image) if not (image.dtype == torch.float16 or image.dtype == torch.bfloat16) "
+                    "else bgr_to_rgb(image.float()).to(image.dtype)"),),
         ),
     ),
 )
@@ -134,6 +141,8 @@ def example_factory(target):
 
 def half_rule(target):
     """(the half dtypes the target promotes, its output rules)."""
+    if isinstance(target.row, _model.EditSource):
+        return (), None  # its half rule is its network's (EDITED_NETWORK_RULE)
     if target.row is not None:
         if not getattr(target.row, "half_inputs", True):
             return (), target.row.outputs  # the release's answer to half inputs (its error) is kept
@@ -236,6 +245,8 @@ def narrowed(out, dtype, rules):
 
 
 def same(a, b):
+    if isinstance(a, dict):  # a network's outputs by name (LoFTR's matches)
+        return type(a) is type(b) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(getattr(a, "data", None), torch.Tensor) and not isinstance(a, torch.Tensor):
         return type(a) is type(b) and same(a.data, b.data)  # kornia's tensor wrappers (Quaternion, Vector3)
     if isinstance(a, (tuple, list)):
@@ -283,6 +294,8 @@ def test_half_is_the_original_on_widened_inputs_narrowed_once(installed):
         return
     if target.candidates[0] in HALF_RULE_OF_THEIR_OWN:
         pytest.skip(HALF_RULE_OF_THEIR_OWN[target.candidates[0]])
+    if isinstance(row, _model.EditSource):
+        pytest.skip(EDITED_NETWORK_RULE)
     half, outputs = half_rule(target)
     for name in half:
         dtype = HALF_DTYPE_NAMES[name]
@@ -327,6 +340,11 @@ AUTOCAST_LEFT_TO_THE_RELEASE = {
 }
 
 
+# A source edit (networks_half) keeps its network in half and takes only one step to float32: its half
+# and autocast results are its network's, held to float64 by tests/test_fix_networks_half.py.
+EDITED_NETWORK_RULE = "a source edit: its half rule is its network's (tests/test_fix_networks_half.py)"
+
+
 def autocast_rule(target, dtype):
     """What the target does for a float32 call under autocast in ``dtype``: "float32" (the float32
     call outside autocast), "narrow" (the same narrowed to ``dtype``) or None (the original's
@@ -361,6 +379,8 @@ def test_under_autocast_a_float32_call_is_the_float32_call_outside_autocast(inst
     original, replacement, target = installed
     if target.candidates[0] in AUTOCAST_LEFT_TO_THE_RELEASE:
         pytest.skip(AUTOCAST_LEFT_TO_THE_RELEASE[target.candidates[0]])
+    if isinstance(target.row, _model.EditSource):
+        pytest.skip(EDITED_NETWORK_RULE)
     factory = example_factory(target)
     rule = autocast_rule(target, autocast_dtype)
     if rule is not None and target.row is not None and not row_acts_on(target, original, factory(torch.float32)):
@@ -772,6 +792,8 @@ def test_half_backward_is_the_originals_float32_backward_narrowed_once(installed
     original, replacement, target = installed
     if isinstance(target.row, _model.WidenDtypes):
         pytest.skip("a dtype allow-list row: kornia's own computation runs on the half input, nothing is widened")
+    if isinstance(target.row, _model.EditSource):
+        pytest.skip(EDITED_NETWORK_RULE)
     own_rule = backward_rule_of_its_own(target)
     factory = example_factory(target)
     half, _ = half_rule(target)

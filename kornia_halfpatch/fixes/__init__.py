@@ -21,6 +21,7 @@ FIX_NAMES = (
     "augmentation_pipeline",
     "filters_conv_hang",
     "warp_geometry",
+    "networks_half",
     "networks_cpu_half",
 )
 

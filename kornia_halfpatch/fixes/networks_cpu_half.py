@@ -540,7 +540,11 @@ def _float32_state(module: torch.nn.Module, tensors: Dict[str, torch.Tensor], ha
 
 
 def run_in_float32(
-    module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], half: torch.dtype = torch.float16
+    module: torch.nn.Module,
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    half: torch.dtype = torch.float16,
+    narrow: bool = True,
 ) -> Any:
     tensors = _tensors(module)
     state = _float32_state(module, tensors, half)
@@ -553,7 +557,7 @@ def run_in_float32(
                 wide = state.get(name)
                 if wide is not None and wide is not tensor and tensor.is_floating_point():
                     tensor.copy_(wide)
-    return _narrow(output, half)
+    return _narrow(output, half) if narrow else output
 
 
 # Each hook computes in float32 the dtypes fixed when it was built (after configure), as the mode

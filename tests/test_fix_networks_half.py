@@ -1,0 +1,339 @@
+"""networks_half: kornia's networks converted to float16/bfloat16 run in half, the steps that need
+float32 in float32 (kornia_halfpatch/fixes/networks_half.py).
+
+Oracle, computed in the same run on this machine: the same network on the same half-rounded
+weights and inputs in float64 (``copy.deepcopy(net).double()``), and in float32. A half network
+passes when its outputs have its dtype, are finite where float32's are, and their mean relative
+error against float64 is at most 20x the error of rounding the float32 output once to the dtype
+(the bound of the issue's census). Each network in both cpu_half modes: "native" (the release's half
+kernels, what GPUs and CPUs with avx512_fp16/amx run) and "float32" (networks_cpu_half beside it).
+float32 and float64 stay bit for bit the release's (patched against unpatched). The networks are
+built small with seeded random weights (nothing is downloaded).
+"""
+
+import copy
+import importlib
+
+import pytest
+import torch
+
+import kornia
+import kornia_halfpatch
+from kornia_halfpatch import _model, testing
+from kornia_halfpatch._codegen import edited_function, source_edit_problem
+from kornia_halfpatch.fixes import networks_half
+from support import UPSTREAM_FIXED, bitwise_equal, inductor_compile
+
+pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
+
+HALF = (torch.float16, torch.bfloat16)
+MODES = ("native", "float32")
+
+
+def _class(*references):
+    for reference in references:
+        module_name, _, name = reference.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError):
+            continue
+    pytest.skip(f"not in kornia {kornia.__version__}: {references[0]}")
+
+
+def _textured(shape, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    h, w = shape[-2:]
+    y = torch.linspace(0, 1, h).view(h, 1)
+    x = torch.linspace(0, 1, w).view(1, w)
+    image = 0.3 * x + 0.2 * y
+    for _ in range(5):
+        cy, cx = torch.rand(2, generator=generator).tolist()
+        image = image + 0.5 * torch.exp(-((y - cy) ** 2 + (x - cx) ** 2) / 0.01)
+    return (image / image.max()).expand(*shape).contiguous()
+
+
+# --------------------------------------------------------------------------------------------
+# The networks: (build() -> eval module with seeded random weights, inputs in float32, the output
+# the census compares). A network whose output is a dict or tuple is wrapped to return one tensor.
+
+
+class _Pick(torch.nn.Module):
+    def __init__(self, net, call):
+        super().__init__()
+        self.net = net
+        self.call = call
+
+    def forward(self, *args):
+        return self.call(self.net, *args)
+
+
+def tiny_vit():
+    TinyViT = _class("kornia.contrib.models.tiny_vit:TinyViT", "kornia.models.tiny_vit:TinyViT")
+    torch.manual_seed(0)
+    return TinyViT.from_config("5m", img_size=64).eval(), (_textured((1, 3, 64, 64)),)
+
+
+def defmo():
+    DeFMO = _class("kornia.feature.defmo:DeFMO")
+    torch.manual_seed(0)
+    return DeFMO(pretrained=False).eval(), (torch.cat([_textured((1, 3, 32, 32)), _textured((1, 3, 32, 32), 1)], 1),)
+
+
+def lite_mla():
+    LiteMLA = _class("kornia.contrib.models.efficient_vit.nn.ops:LiteMLA", "kornia.models.efficient_vit.nn.ops:LiteMLA")
+    torch.manual_seed(0)
+    return LiteMLA(16, 16, dim=8).eval(), (_textured((1, 16, 16, 16)),)
+
+
+def sam_prompt_encoder():
+    PromptEncoder = _class(
+        "kornia.contrib.models.sam.architecture.prompt_encoder:PromptEncoder",
+        "kornia.models.sam.architecture.prompt_encoder:PromptEncoder",
+    )
+    torch.manual_seed(0)
+    encoder = PromptEncoder(embed_dim=32, image_embedding_size=(16, 16), input_image_size=(64, 64), mask_in_chans=4)
+    points = torch.tensor([[[10.0, 20.0], [40.5, 33.0], [60.0, 5.0]]])
+    labels = torch.tensor([[1, 0, 1]])
+
+    def call(net, points):
+        sparse, dense = net((points, labels), None, None)
+        return torch.cat([sparse.flatten(), dense.flatten(), net.get_dense_pe().flatten()])
+
+    return _Pick(encoder.eval(), call), (points,)
+
+
+def lightglue():
+    LightGlue = _class("kornia.feature.lightglue:LightGlue")
+    torch.manual_seed(0)
+    net = LightGlue(features=None, n_layers=2, width_confidence=0.99, depth_confidence=-1, filter_threshold=0.0)
+    generator = torch.Generator().manual_seed(5)
+    points = 600  # above the CPU pruning threshold: the points are pruned (the index-put path)
+    k0 = torch.rand(1, points, 2, generator=generator) * 60
+    d0 = torch.nn.functional.normalize(torch.randn(1, points, 256, generator=generator), dim=-1)
+    d1 = d0 + 0.01 * torch.randn(1, points, 256, generator=generator)
+    size = torch.tensor([[64, 64]])
+
+    def call(net, k0, k1, d0, d1):
+        out = net({"image0": {"keypoints": k0, "descriptors": d0, "image_size": size},
+                   "image1": {"keypoints": k1, "descriptors": d1, "image_size": size}})
+        return torch.cat([out["log_assignment"].exp().flatten(), out["matching_scores0"].flatten()])
+
+    return _Pick(net.eval(), call), (k0, k0 + 1, d0, d1)
+
+
+def loftr():
+    LoFTR = _class("kornia.feature.loftr:LoFTR")
+    torch.manual_seed(0)
+    net = LoFTR(pretrained=None).eval()
+    image = _textured((1, 1, 64, 64))
+
+    def call(net, image0, image1):
+        seen = {}
+        hook = net.coarse_matching.register_forward_hook(lambda m, args, out: seen.update(conf=args[2]["conf_matrix"]))
+        try:
+            out = net({"image0": image0, "image1": image1})
+        finally:
+            hook.remove()
+        if image0.dtype in HALF:
+            assert out["confidence"].dtype == image0.dtype
+        return seen["conf"].to(image0.dtype)  # the coarse confidence (narrowed by the network after the hook)
+
+    return _Pick(net, call), (image, torch.roll(image, 3, -1))
+
+
+def dedode_detector():
+    get_detector = _class("kornia.feature.dedode.dedode_models:get_detector")
+    torch.manual_seed(0)
+    return get_detector("L", torch.float16).eval(), (_textured((1, 3, 32, 32)),)
+
+
+NETWORKS = {
+    "TinyViT": tiny_vit,
+    "DeFMO": defmo,
+    "EfficientViT LiteMLA": lite_mla,
+    "SAM PromptEncoder": sam_prompt_encoder,
+    "LightGlue": lightglue,
+    "LoFTR": loftr,
+    "DeDoDe detector": dedode_detector,
+}
+
+
+def _cast(inputs, dtype):
+    return tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+
+
+def mean_relative_error(out, reference):
+    out, reference = out.double(), reference.double()
+    return ((out - reference).abs().mean() / reference.abs().mean()).item()
+
+
+def copy_of(name, net, dtype):
+    """The network ``name`` built afresh with ``net``'s weights, in ``dtype`` (some of kornia's
+    networks do not deepcopy: DeDoDe keeps a dict_keys)."""
+    fresh = NETWORKS[name]()[0]
+    fresh.load_state_dict(net.state_dict())
+    return fresh.to(dtype)
+
+
+def half_check(name, dtype):
+    """(half output, float32 output, its error against float64, the bound) on the same rounded
+    weights and inputs."""
+    net, inputs = NETWORKS[name]()
+    half_net = net.to(dtype)
+    half_inputs = _cast(inputs, dtype)
+    with torch.no_grad():
+        torch.manual_seed(3)
+        out = half_net(*half_inputs)
+        torch.manual_seed(3)
+        reference64 = copy_of(name, half_net, torch.float64)(*_cast(half_inputs, torch.float64))
+        torch.manual_seed(3)
+        reference32 = copy_of(name, half_net, torch.float32)(*_cast(half_inputs, torch.float32))
+    bound = 20 * max(mean_relative_error(reference32.to(dtype), reference64), torch.finfo(dtype).eps / 2)
+    return out, reference32, mean_relative_error(out, reference64), bound
+
+
+@pytest.fixture(params=MODES)
+def shim(request):
+    with testing.isolated(only=["networks_half", "networks_cpu_half"], cpu_half=request.param) as report:
+        assert "networks_half" in report.applied, report.fixes["networks_half"].reason
+        yield request.param
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_a_half_network_is_within_the_bound_of_float64(shim, name, dtype):
+    out, reference32, error, bound = half_check(name, dtype)
+    assert out.dtype == dtype
+    assert torch.isfinite(out[torch.isfinite(reference32)]).all()
+    assert error <= bound, f"{name} {dtype} ({shim}): error {error:.3g} > bound {bound:.3g}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_the_release_fails_or_is_beyond_the_bound_where_the_fix_acts(name):
+    """The bug is there without the fix: every network here fails in half or exceeds the bound
+    in one half dtype (native mode: the release's own half path)."""
+    outcomes = []
+    with testing.isolated(only=["networks_cpu_half"], cpu_half="native"):
+        for dtype in HALF:
+            try:
+                _, _, error, bound = half_check(name, dtype)
+            except (RuntimeError, IndexError) as exc:
+                outcomes.append(f"{dtype}: {type(exc).__name__}")
+                continue
+            if error > bound:
+                outcomes.append(f"{dtype}: error {error:.3g} > {bound:.3g}")
+    if name == "DeDoDe detector" and not outcomes:
+        pytest.skip("this release's DeDoDe detector runs in half (0.8.2's context.float() is 0.8.3's too)")
+    assert outcomes, f"{name} runs in half within the bound without networks_half"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_full_precision_is_bitwise_the_release(name, dtype):
+    net, inputs = NETWORKS[name]()
+    net = net.to(dtype)
+    inputs = _cast(inputs, dtype)
+    with testing.isolated(only=()):
+        torch.manual_seed(3)
+        try:
+            expected = net(*inputs)
+        except RuntimeError as exc:  # LightGlue and SAM's prompt encoder fail in float64 in the release
+            assert dtype == torch.float64, exc
+            expected = None
+    with testing.isolated(only=["networks_half"]):
+        torch.manual_seed(3)
+        out = net(*inputs)
+    if expected is None:
+        assert out.dtype == torch.float64 and torch.isfinite(out).all()  # runs now, in float64
+    else:
+        assert bitwise_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    "dtype", [pytest.param(torch.float16, marks=pytest.mark.slow), torch.bfloat16], ids=str  # float16: slow CPU convs
+)
+def test_loftr_under_autocast_is_within_the_bound_of_the_float32_call(dtype):
+    from support import cpu_autocast_accepts
+
+    if not cpu_autocast_accepts(dtype):
+        pytest.skip(f"this torch's CPU autocast refuses {dtype}")
+    net, inputs = loftr()
+    with torch.no_grad():
+        reference64 = copy_of("LoFTR", net, torch.float64)(*_cast(inputs, torch.float64))
+        reference32 = net(*inputs)
+        with testing.isolated(only=()), torch.autocast("cpu", dtype=dtype):
+            release = net(*inputs)
+        with testing.isolated(only=["networks_half"]), torch.autocast("cpu", dtype=dtype):
+            out = net(*inputs)
+    bound = 20 * mean_relative_error(reference32.to(dtype), reference64)
+    assert mean_relative_error(out, reference64) <= bound
+    assert mean_relative_error(out, reference64) < mean_relative_error(release, reference64)
+
+
+def test_a_half_network_traces():
+    net, inputs = tiny_vit()
+    half_net = net.half()
+    half_inputs = _cast(inputs, torch.float16)
+    with testing.isolated(only=["networks_half"], cpu_half="native"), torch.no_grad():
+        traced = torch.jit.trace(half_net, half_inputs, check_trace=False)
+        assert bitwise_equal(traced(*half_inputs), half_net(*half_inputs))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["TinyViT", "LightGlue", "LoFTR"])
+def test_a_compiled_half_network_is_the_eager_one(name):
+    net, inputs = NETWORKS[name]()
+    dtype = torch.bfloat16
+    half_net = net.to(dtype)
+    half_inputs = _cast(inputs, dtype)
+    torch._dynamo.reset()
+    try:
+        with testing.isolated(only=["networks_half"], cpu_half="native"), torch.no_grad():
+            eager = half_net(*half_inputs)
+            if name == "TinyViT":
+                compiled = inductor_compile(half_net)
+            else:  # data-dependent shapes (matches, pruned points): graph breaks, dynamo's eager backend
+                compiled = torch.compile(half_net, backend="aot_eager")
+            out = compiled(*half_inputs)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.float(), eager.float(), rtol=0.02, atol=0.02)
+    finally:
+        torch._dynamo.reset()
+
+
+# --------------------------------------------------------------------------------------------
+# The mechanism: EditSource
+
+
+def test_an_edit_missing_from_the_source_is_named_and_leaves_the_row_out():
+    LoFTR = _class("kornia.feature.loftr:LoFTR")
+    problem = source_edit_problem(LoFTR.forward, (("no such line", "x"),))
+    assert problem is not None and "'no such line' not found" in problem
+    fix = _model.Fix(
+        name="edit_missing",
+        targets=(_model.EditSource("kornia.feature.loftr:LoFTR.forward", "test", edits=(("no such line", "x"),)),),
+    )
+    with testing.use_fixes([fix]):
+        report = kornia_halfpatch.apply()
+        statuses = report.fixes["edit_missing"].target_statuses
+    assert statuses[0].verdict is _model.Verdict.UNSUPPORTED
+    assert LoFTR.forward is _class("kornia.feature.loftr:LoFTR").forward  # nothing installed
+
+
+def test_an_edited_method_keeps_its_closure_and_the_releases_globals():
+    LoFTR = _class("kornia.feature.loftr:LoFTR")
+    edits = networks_half.TABLE[[row.candidates for row in networks_half.TABLE].index(
+        "kornia.feature.loftr.loftr:LoFTR.forward")].edits
+    if source_edit_problem(LoFTR.forward, edits) is not None:
+        pytest.skip("this release's LoFTR.forward is written otherwise")
+    edited = edited_function(LoFTR.forward, edits, helpers={
+        "_halfpatch_loftr_coarse": networks_half._halfpatch_loftr_coarse,
+        "_halfpatch_coarse_matching": networks_half._halfpatch_coarse_matching,
+    })
+    assert edited.__globals__ is LoFTR.forward.__globals__
+    assert edited.__qualname__ == LoFTR.forward.__qualname__
+    assert "_halfpatch_loftr_coarse" in edited.__code__.co_freevars
+    import inspect
+
+    assert "_halfpatch_loftr_coarse(" in inspect.getsource(edited)  # TorchScript reads this
