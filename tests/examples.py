@@ -1223,6 +1223,48 @@ def loftr_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return (net, {"image0": image0, "image1": image1})
 
 
+_RT_DETR_DECODER_CALL: List[object] = []
+
+
+def rt_detr_decoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """RT-DETR's TransformerDecoder (a small resnet18d RT-DETR, random weights) with the arguments its
+    head gives it for a (1, 3, 64, 64) image, in ``dtype``."""
+    import copy
+    import dataclasses
+    import importlib
+
+    if not _RT_DETR_DECODER_CALL:
+        for name in ("kornia.contrib.models.rt_detr.model", "kornia.models.rt_detr.model"):
+            try:
+                model = importlib.import_module(name)
+                break
+            except ImportError:
+                continue
+        wanted = dict(model_type="resnet18d", num_classes=4, input_size=64, neck_hidden_dim=64,
+                      neck_dim_feedforward=128, head_hidden_dim=64, head_num_queries=16, head_num_decoder_layers=1)
+        fields = {field.name for field in dataclasses.fields(model.RTDETRConfig)}
+        torch.manual_seed(0)
+        net = model.RTDETR.from_config(model.RTDETRConfig(**{k: v for k, v in wanted.items() if k in fields})).eval()
+        seen = []
+        hook = net.decoder.decoder.register_forward_pre_hook(lambda m, args, kwargs: seen.append((args, kwargs)),
+                                                             with_kwargs=True)
+        with torch.no_grad():
+            net(_rand(torch.Generator().manual_seed(51), 1, 3, 64, 64))
+        hook.remove()
+        args, kwargs = seen[0]
+        _RT_DETR_DECODER_CALL.extend([net.decoder.decoder, args + tuple(kwargs.values())])
+    decoder, args = _RT_DETR_DECODER_CALL
+
+    def cast(value: object) -> object:
+        if isinstance(value, torch.nn.Module):
+            return copy.deepcopy(value).to(dtype)
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.bfloat16().to(dtype)
+        return value
+
+    return (cast(decoder),) + tuple(cast(a) for a in args)
+
+
 def nerf_positional_encoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """NeRF's PositionalEncoder(3 dims, 10 frequencies) on (4, 3) points in [0, 1]."""
     from kornia.nerf.positional_encoder import PositionalEncoder
@@ -1419,6 +1461,7 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "LiteMLA.relu_linear_att": lite_mla_call,
     "LoFTR.forward": loftr_call,
     "PositionalEncoder.forward": nerf_positional_encoder_call,
+    "TransformerDecoder.forward": rt_detr_decoder_call,
     "apply_rotary_pos_emb": rotary_call,
 }
 
