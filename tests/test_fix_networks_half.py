@@ -77,7 +77,12 @@ def tiny_vit():
 def defmo():
     DeFMO = _class("kornia.feature.defmo:DeFMO")
     torch.manual_seed(0)
-    return DeFMO(pretrained=False).eval(), (torch.cat([_textured((1, 3, 32, 32)), _textured((1, 3, 32, 32), 1)], 1),)
+    net = DeFMO(pretrained=False).eval()
+    # 4 rendered time steps instead of 24 (the times attribute is what the row is about; a step's
+    # 2049-channel convolution is most of the time)
+    net.rendering.tsr_steps = 4
+    net.rendering.times = torch.linspace(0, 1, 4)
+    return net, (torch.cat([_textured((1, 3, 16, 16)), _textured((1, 3, 16, 16), 1)], 1),)
 
 
 def lite_mla():
@@ -167,7 +172,8 @@ def rt_detr():
     net = model.RTDETR.from_config(model.RTDETRConfig(**{k: v for k, v in wanted.items() if k in fields}))
 
     def call(net, image):
-        logits, boxes = net(image)
+        out = net(image)
+        boxes = out["boxes"] if isinstance(out, dict) else out[1]  # 0.7.0 returns a dict
         # The detections are a set: the decoder's top-k orders near-tied queries (random weights)
         # differently in each dtype, so they are compared in box order.
         order = (boxes[..., 0].double() * 1024 + boxes[..., 1].double()).argsort(dim=-1)
@@ -199,6 +205,19 @@ NETWORK_ROWS = {
     "DeDoDe detector": "DeDoDeDetector.forward",
     "RT-DETR": "TransformerDecoder.forward",
 }
+
+
+# Networks whose half error without their row is another cause than this fix's (left to the release).
+NOT_OURS_WITHOUT_ITS_ROW = {
+    "RT-DETR": "kornia 0.7.0's decoder keeps its references as logits (no half sigmoid round trip, no row); "
+               "its half boxes are off by its half anchors, as the release computes them",
+}
+
+
+def row_applied(name):
+    with testing.isolated(only=["networks_half"]) as report:
+        return any(status.verdict is _model.Verdict.APPLIED and status.target.endswith(":" + NETWORK_ROWS[name])
+                   for status in report.fixes["networks_half"].target_statuses)
 
 
 def _cast(inputs, dtype):
@@ -238,16 +257,30 @@ def half_check(name, dtype):
     return out, reference32, mean_relative_error(out, reference64), bound
 
 
-@pytest.fixture(params=MODES)
-def shim(request):
-    with testing.isolated(only=["networks_half", "networks_cpu_half"], cpu_half=request.param) as report:
+# Convolutional networks whose native float16 forward takes torch's slow path on a CPU without
+# float16 arithmetic (25-50x float32): that combination runs with the slow tests.
+CONVOLUTIONAL = ("DeFMO", "DeDoDe detector", "LoFTR", "TinyViT")
+
+
+def _cases():
+    for name in NETWORKS:
+        for mode in MODES:
+            for dtype in HALF:
+                slow = name in CONVOLUTIONAL and mode == "native" and dtype == torch.float16
+                yield pytest.param(name, mode, dtype, id=f"{mode}-{name}-{dtype}",
+                                   marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize(("name", "mode", "dtype"), list(_cases()))
+def test_a_half_network_is_within_the_bound_of_float64(name, mode, dtype):
+    with testing.isolated(only=["networks_half", "networks_cpu_half"], cpu_half=mode) as report:
         assert "networks_half" in report.applied, report.fixes["networks_half"].reason
-        yield request.param
+        _within_the_bound(name, mode, dtype)
 
 
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("name", list(NETWORKS))
-def test_a_half_network_is_within_the_bound_of_float64(shim, name, dtype):
+def _within_the_bound(name, shim, dtype):
+    if name in NOT_OURS_WITHOUT_ITS_ROW and not row_applied(name):
+        pytest.skip(NOT_OURS_WITHOUT_ITS_ROW[name])
     out, reference32, error, bound = half_check(name, dtype)
     assert out.dtype == dtype
     assert torch.isfinite(out[torch.isfinite(reference32)]).all()
@@ -270,14 +303,11 @@ def test_the_release_fails_or_is_beyond_the_bound_where_the_fix_acts(name):
             if error > bound:
                 outcomes.append(f"{dtype}: error {error:.3g} > {bound:.3g}")
     if not outcomes:
-        with testing.isolated(only=["networks_half"]) as report:
-            applied = {status.target.rpartition(":")[2] for status in report.fixes["networks_half"].target_statuses
-                       if status.verdict is _model.Verdict.APPLIED}
-        assert NETWORK_ROWS[name] not in applied, f"{name} runs in half within the bound without networks_half"
+        assert not row_applied(name), f"{name} runs in half within the bound without networks_half"
         pytest.skip(f"{name} runs in half in kornia {kornia.__version__}: its row is not installed here")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)], ids=str)
 @pytest.mark.parametrize("name", list(NETWORKS))
 def test_full_precision_is_bitwise_the_release(name, dtype):
     net, inputs = NETWORKS[name]()
