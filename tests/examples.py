@@ -1265,6 +1265,13 @@ def rt_detr_decoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return (cast(decoder),) + tuple(cast(a) for a in args)
 
 
+def xfeat_preprocess_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """XFeat(top_k=8)'s resize of a (1, 3, 40, 36) image to a multiple of 32 (the network float32 for a
+    float64 image: the release resizes in float32, which a float64 network refuses)."""
+    net = _module_of("kornia.feature.xfeat:XFeat", torch.float32 if dtype == torch.float64 else dtype, top_k=8)
+    return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(52), 1, 3, 40, 36))
+
+
 def nerf_positional_encoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
     """NeRF's PositionalEncoder(3 dims, 10 frequencies) on (4, 3) points in [0, 1]."""
     from kornia.nerf.positional_encoder import PositionalEncoder
@@ -1462,6 +1469,7 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "LoFTR.forward": loftr_call,
     "PositionalEncoder.forward": nerf_positional_encoder_call,
     "TransformerDecoder.forward": rt_detr_decoder_call,
+    "XFeat._preprocess_tensor": xfeat_preprocess_call,
     "apply_rotary_pos_emb": rotary_call,
 }
 

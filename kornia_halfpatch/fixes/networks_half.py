@@ -212,6 +212,19 @@ TABLE = (
              "    inter_ref_bbox = _halfpatch_reference.to(output.dtype)"),
         ),
     ),
+    EditSource(
+        "kornia.feature.xfeat:XFeat._preprocess_tensor",
+        "the image is resized with F.interpolate(x.float()) (bfloat16 had no CPU interpolate) and handed to the "
+        "network in float32: a half network's first convolution refuses it (0.9.0 too); the resized image "
+        "is narrowed once to the network's half dtype",
+        edits=(
+            ("x = F.interpolate(x.float(), (_H, _W), mode=\"bilinear\", align_corners=False)",
+             "x = F.interpolate(x.float(), (_H, _W), mode=\"bilinear\", align_corners=False)\n"
+             "_halfpatch_weight = next(self.parameters(), None)\n"
+             f"if _halfpatch_weight is not None and {_HALF.format('_halfpatch_weight')}:\n"
+             "    x = x.to(_halfpatch_weight.dtype)"),
+        ),
+    ),
     Promote(
         "kornia.nerf.positional_encoder:PositionalEncoder.forward",
         "sin(2^k x) and cos(2^k x) of half sample points: at k = 9 a half ulp of 2^9 x is 0.25-0.5 rad, so "
