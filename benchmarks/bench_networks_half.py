@@ -85,14 +85,14 @@ def cases() -> Dict[str, Callable[[], Tuple[Any, Callable[[Any, Any], Any]]]]:
 
     def defmo():
         net = kornia.feature.DeFMO(pretrained=False)
-        image = torch.cat([_textured(torch, (1, 3, 128, 128)), _textured(torch, (1, 3, 128, 128), 1)], 1)
+        image = torch.cat([_textured(torch, (1, 3, 64, 64)), _textured(torch, (1, 3, 64, 64), 1)], 1)
         return net, lambda net, dtype: net(image.to(dtype))
 
     def dedode():
         from kornia.feature.dedode.dedode_models import get_detector
 
         net = get_detector("L", torch.float16)
-        image = _textured(torch, (1, 3, 256, 256))
+        image = _textured(torch, (1, 3, 128, 128))
         return net, lambda net, dtype: net(image.to(dtype))
 
     def sam_prompt():
@@ -107,7 +107,7 @@ def cases() -> Dict[str, Callable[[], Tuple[Any, Callable[[Any, Any], Any]]]]:
         return net, lambda net, dtype: (net((points.to(dtype), labels), None, None), net.get_dense_pe())
 
     return {"LoFTR 320x240": loftr, "LightGlue 1024 points": lightglue, "TinyViT-5m 4x224": tiny_vit,
-            "DeFMO 128x128": defmo, "DeDoDe-L detector 256x256": dedode, "SAM prompt encoder": sam_prompt}
+            "DeFMO 64x64": defmo, "DeDoDe-L detector 128x128": dedode, "SAM prompt encoder": sam_prompt}
 
 
 def measure(name: str, dtype_name: str, reps: int, threads: int, shim: bool) -> Dict[str, Any]:
@@ -165,6 +165,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", action="append", help="a network's name starts with this (repeatable)")
+    parser.add_argument("--dtypes", default="float16,bfloat16",
+                        help="the half dtypes (float16 takes torch's slow path on a CPU without its arithmetic: "
+                             "minutes per network)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
     parser.add_argument("--no-shim", action="store_true", help=argparse.SUPPRESS)
@@ -185,10 +188,11 @@ def main() -> int:
           + " | float32 time, memory (shim) |")
     print("| --- | --- | " + " | ".join("---: | ---:" for _ in whos) + " | --- |")
     for name in names:
+        halves = [d for d in args.dtypes.split(",") if d]
         results = {(who, dtype): run_case(python, name, dtype, args.reps, args.threads, shim)
-                   for who, python, shim in whos for dtype in DTYPES}
+                   for who, python, shim in whos for dtype in ["float32"] + halves}
         base = results[("shim", "float32")]
-        for dtype in DTYPES[1:]:
+        for dtype in halves:
             cells = []
             for who, _, _ in whos:
                 half, full = results[(who, dtype)], results[(who, "float32")]

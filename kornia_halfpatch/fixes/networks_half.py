@@ -43,22 +43,20 @@ _COARSE_OUTPUTS = ("conf_matrix", "mkpts0_c", "mkpts1_c", "mconf")
 
 def _halfpatch_loftr_coarse(
     transformer: torch.nn.Module, feat_c0: torch.Tensor, feat_c1: torch.Tensor, mask_c0: Any, mask_c1: Any
-) -> Tuple[torch.Tensor, torch.Tensor, bool, Optional[torch.dtype]]:
-    """(coarse features, whether they were computed in float32, the half dtype to narrow the coarse
-    level to after the matching or None). The release's transformer where no half reaches it;
-    else its float32 forward (autocast off), on float32 copies of half weights. A half network's
-    coarse level is narrowed after the matching; under autocast (float32 weights) the float32
-    coarse level is the float32 call's, kept."""
+) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.dtype], Optional[torch.dtype]]:
+    """(coarse features, the half dtype that reached the coarse level or None, the half dtype of a
+    half network or None). The release's transformer where no half reaches it; else its float32
+    forward (autocast off), on float32 copies of half weights."""
     half = precision.half_reaching(feat_c0)
     if half is None:
         feat_c0, feat_c1 = transformer(feat_c0, feat_c1, mask_c0, mask_c1)
-        return feat_c0, feat_c1, False, None
-    narrow_to = half if precision.is_half(feat_c0.dtype) else None
+        return feat_c0, feat_c1, None, None
+    network = half if precision.is_half(feat_c0.dtype) else None
     from .networks_cpu_half import run_in_float32
 
     with precision.autocast_off(feat_c0.device.type):
         feat_c0, feat_c1 = run_in_float32(transformer, (feat_c0, feat_c1, mask_c0, mask_c1), {}, half, narrow=False)
-    return feat_c0.float(), feat_c1.float(), True, narrow_to
+    return feat_c0.float(), feat_c1.float(), half, network
 
 
 def _halfpatch_coarse_matching(
@@ -68,24 +66,25 @@ def _halfpatch_coarse_matching(
     data: Dict[str, Any],
     mask_c0: Any,
     mask_c1: Any,
-    in_float32: bool,
-    narrow_to: Optional[torch.dtype],
+    half: Optional[torch.dtype],
+    network: Optional[torch.dtype],
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The coarse matching: the release's on the release's coarse level; on the float32 one with
-    autocast off, then the matches, the confidence and the coarse features (which the fine level
-    takes) narrowed once to ``narrow_to``, a half network's dtype."""
-    if not in_float32:
+    autocast off, then the matches and the confidence narrowed once to the half dtype that reached
+    it (a half network's, or autocast's: the dtypes 0.9.0 returns), and a half network's coarse
+    features (which its fine level takes) to its dtype."""
+    if half is None:
         matching(feat_c0, feat_c1, data, mask_c0=mask_c0, mask_c1=mask_c1)
         return feat_c0, feat_c1
     with precision.autocast_off(feat_c0.device.type):
         matching(feat_c0, feat_c1, data, mask_c0=mask_c0, mask_c1=mask_c1)
-    if narrow_to is None:
-        return feat_c0, feat_c1
     for key in _COARSE_OUTPUTS:
         value = data.get(key)
         if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
-            data[key] = value.to(narrow_to)
-    return feat_c0.to(narrow_to), feat_c1.to(narrow_to)
+            data[key] = value.to(half)
+    if network is None:
+        return feat_c0, feat_c1
+    return feat_c0.to(network), feat_c1.to(network)
 
 
 TABLE = (
@@ -180,14 +179,14 @@ TABLE = (
         "The coarse transformer runs in float32 (cached float32 copies of its weights) on the half backbone's "
         "features and the matching takes its float32 output; the matches, the confidence and the features "
         "the fine level takes are narrowed once to the network's half dtype (under autocast: the float32 "
-        "coarse level outside autocast, kept float32)",
+        "coarse level outside autocast, its matches narrowed to autocast's dtype as 0.9.0 returns them)",
         edits=(
             ("feat_c0, feat_c1 = self.loftr_coarse(feat_c0, feat_c1, mask_c0, mask_c1)",
-             "feat_c0, feat_c1, _halfpatch_in_float32, _halfpatch_narrow_to = _halfpatch_loftr_coarse("
+             "feat_c0, feat_c1, _halfpatch_half, _halfpatch_network = _halfpatch_loftr_coarse("
              "self.loftr_coarse, feat_c0, feat_c1, mask_c0, mask_c1)"),
             ("self.coarse_matching(feat_c0, feat_c1, _data, mask_c0=mask_c0, mask_c1=mask_c1)",
              "feat_c0, feat_c1 = _halfpatch_coarse_matching(self.coarse_matching, feat_c0, feat_c1, _data, mask_c0, "
-             "mask_c1, _halfpatch_in_float32, _halfpatch_narrow_to)"),
+             "mask_c1, _halfpatch_half, _halfpatch_network)"),
         ),
         helpers=(f"{__name__}:_halfpatch_loftr_coarse", f"{__name__}:_halfpatch_coarse_matching"),
     ),
