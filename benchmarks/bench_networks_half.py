@@ -10,8 +10,9 @@ takes torch's slow path, bfloat16 has ``avx512_bf16`` if the header says so), an
 kornia 0.9.0 where ``--oracle-python`` names its environment and it runs the network.
 
 Every (who, network, dtype) is measured in a fresh interpreter: the time is the median of
-``--reps`` calls after one warm-up call, the memory the growth of the process's peak RSS during
-the first call (weights and inputs already built, so it is what the forward allocates). The
+``--reps`` calls after one warm-up call, the memory the peak growth of the resident set during the
+first call (sampled every millisecond from /proc/self/statm; the weights and inputs are built
+before, so it is what the forward allocates). The
 networks are built with seeded random weights (no download) at the sizes below.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -63,7 +63,7 @@ def cases() -> Dict[str, Callable[[], Tuple[Any, Callable[[Any, Any], Any]]]]:
 
         net = LightGlue(features=None, n_layers=9)
         g = torch.Generator().manual_seed(5)
-        k0 = torch.rand(1, 1024, 2, generator=g) * 320
+        k0 = torch.rand(1, 1024, 2, generator=g) * 300
         d0 = torch.nn.functional.normalize(torch.randn(1, 1024, 256, generator=g), dim=-1)
         d1 = d0 + 0.01 * torch.randn(1, 1024, 256, generator=g)
         size = torch.tensor([[320, 320]])
@@ -110,6 +110,42 @@ def cases() -> Dict[str, Callable[[], Tuple[Any, Callable[[Any, Any], Any]]]]:
             "DeFMO 64x64": defmo, "DeDoDe-L detector 128x128": dedode, "SAM prompt encoder": sam_prompt}
 
 
+class _RssSampler:
+    """The growth of the resident set during a block, its peak over samples every millisecond
+    (the process's lifetime peak RSS would include building and converting the network)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.before = self._rss()
+        self.peak = self.before
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * self.page
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.peak = max(self.peak, self._rss())
+            self.stop.wait(0.001)
+
+    def __enter__(self) -> "_RssSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, self._rss())
+
+    @property
+    def peak_growth(self) -> int:
+        return self.peak - self.before
+
+
 def measure(name: str, dtype_name: str, reps: int, threads: int, shim: bool) -> Dict[str, Any]:
     """In this (fresh) interpreter: one network in one dtype."""
     import warnings
@@ -133,10 +169,10 @@ def measure(name: str, dtype_name: str, reps: int, threads: int, shim: bool) -> 
         net, call = build()
         net = net.eval().to(dtype)
         with torch.no_grad():
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             torch.manual_seed(1)
-            call(net, dtype)
-            peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+            with _RssSampler() as sampler:
+                call(net, dtype)
+            peak = sampler.peak_growth
             times = []
             for _ in range(reps):
                 torch.manual_seed(1)
@@ -181,8 +217,8 @@ def main() -> int:
     names = [n for n in cases() if not args.only or any(n.startswith(o) for o in args.only)]
     caps = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
     print(f"kornia {kornia.__version__} with the shim (cpu_half=native), torch {torch.__version__}, "
-          f"{args.threads} threads, CPU capability {caps}; median of {args.reps} calls, peak = RSS growth in the "
-          "first call")
+          f"{args.threads} threads, CPU capability {caps}; median of {args.reps} calls, memory = peak RSS growth "
+          "during the first call")
     whos = [("shim", sys.executable, True)] + ([("0.9.0", args.oracle_python, False)] if args.oracle_python else [])
     print("| network | dtype | " + " | ".join(f"{w} time / float32 | {w} memory / float32" for w, _, _ in whos)
           + " | float32 time, memory (shim) |")
