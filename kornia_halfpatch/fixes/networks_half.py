@@ -238,4 +238,4 @@ TABLE = (
     ),
 )
 
-FIX = Fix(name=NAME, targets=TABLE)
+FIX = Fix(name=NAME, targets=TABLE, demonstration="kornia_halfpatch.demos.networks_half:demonstrate")
