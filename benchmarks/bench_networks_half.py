@@ -32,26 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def _textured(torch: Any, shape: Tuple[int, ...], seed: int = 0) -> Any:
-    generator = torch.Generator().manual_seed(seed)
-    h, w = shape[-2:]
-    y = torch.linspace(0, 1, h).view(h, 1)
-    x = torch.linspace(0, 1, w).view(1, w)
-    image = 0.3 * x + 0.2 * y
-    for _ in range(5):
-        cy, cx = torch.rand(2, generator=generator).tolist()
-        image = image + 0.5 * torch.exp(-((y - cy) ** 2 + (x - cx) ** 2) / 0.01)
-    return (image / image.max()).expand(*shape).contiguous()
-
-
 def cases() -> Dict[str, Callable[[], Tuple[Any, Callable[[Any, Any], Any]]]]:
     """name -> build() -> (module, call(module, dtype))."""
     import torch
     import kornia
 
+    sys.path.insert(0, str(ROOT))  # the inputs, also in kornia 0.9.0's environment (which has no shim installed)
+    from kornia_halfpatch.sample_inputs import blob_image
+
     def loftr():
         net = kornia.feature.LoFTR(pretrained=None)
-        image = _textured(torch, (1, 1, 240, 320))
+        image = blob_image((1, 1, 240, 320))
 
         def call(net, dtype):
             return net({"image0": image.to(dtype), "image1": torch.roll(image, 5, -1).to(dtype)})
@@ -80,19 +71,19 @@ def cases() -> Dict[str, Callable[[], Tuple[Any, Callable[[Any, Any], Any]]]]:
         except ImportError:
             from kornia.models.tiny_vit import TinyViT
         net = TinyViT.from_config("5m", img_size=224)
-        image = _textured(torch, (4, 3, 224, 224))
+        image = blob_image((4, 3, 224, 224))
         return net, lambda net, dtype: net(image.to(dtype))
 
     def defmo():
         net = kornia.feature.DeFMO(pretrained=False)
-        image = torch.cat([_textured(torch, (1, 3, 64, 64)), _textured(torch, (1, 3, 64, 64), 1)], 1)
+        image = torch.cat([blob_image((1, 3, 64, 64)), blob_image((1, 3, 64, 64), 1)], 1)
         return net, lambda net, dtype: net(image.to(dtype))
 
     def dedode():
         from kornia.feature.dedode.dedode_models import get_detector
 
         net = get_detector("L", torch.float16)
-        image = _textured(torch, (1, 3, 128, 128))
+        image = blob_image((1, 3, 128, 128))
         return net, lambda net, dtype: net(image.to(dtype))
 
     def sam_prompt():

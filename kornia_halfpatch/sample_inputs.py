@@ -165,3 +165,18 @@ def black_rgb_image(dtype: torch.dtype) -> Tuple[torch.Tensor]:
     image = _rand(torch.Generator().manual_seed(64), 1, 3, 4, 4)
     image[..., 2:, :] = 0.0
     return _in(dtype, image)
+
+
+def blob_image(shape: Tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    """A smooth image in [0, 1] with structure (a ramp and five Gaussian blobs), expanded to
+    ``shape``: what networks_half's tests, benchmark and demonstration feed kornia's networks
+    (random weights find features in it; noise would make every output noise)."""
+    generator = torch.Generator().manual_seed(seed)
+    h, w = shape[-2:]
+    y = torch.linspace(0, 1, h).view(h, 1)
+    x = torch.linspace(0, 1, w).view(1, w)
+    image = 0.3 * x + 0.2 * y
+    for _ in range(5):
+        cy, cx = torch.rand(2, generator=generator).tolist()
+        image = image + 0.5 * torch.exp(-((y - cy) ** 2 + (x - cx) ** 2) / 0.01)
+    return (image / image.max()).expand(*shape).contiguous()

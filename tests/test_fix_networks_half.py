@@ -22,6 +22,7 @@ import kornia_halfpatch
 from kornia_halfpatch import _model, testing
 from kornia_halfpatch._codegen import edited_function, source_edit_problem
 from kornia_halfpatch._kernels import widening_missing_kernels
+from kornia_halfpatch.sample_inputs import blob_image
 from kornia_halfpatch.fixes import networks_half
 from support import UPSTREAM_FIXED, bitwise_equal
 
@@ -39,18 +40,6 @@ def _class(*references):
         except (ImportError, AttributeError):
             continue
     pytest.skip(f"not in kornia {kornia.__version__}: {references[0]}")
-
-
-def _textured(shape, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    h, w = shape[-2:]
-    y = torch.linspace(0, 1, h).view(h, 1)
-    x = torch.linspace(0, 1, w).view(1, w)
-    image = 0.3 * x + 0.2 * y
-    for _ in range(5):
-        cy, cx = torch.rand(2, generator=generator).tolist()
-        image = image + 0.5 * torch.exp(-((y - cy) ** 2 + (x - cx) ** 2) / 0.01)
-    return (image / image.max()).expand(*shape).contiguous()
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,7 +60,7 @@ class _Pick(torch.nn.Module):
 def tiny_vit():
     TinyViT = _class("kornia.contrib.models.tiny_vit:TinyViT", "kornia.models.tiny_vit:TinyViT")
     torch.manual_seed(0)
-    return TinyViT.from_config("5m", img_size=64).eval(), (_textured((1, 3, 64, 64)),)
+    return TinyViT.from_config("5m", img_size=64).eval(), (blob_image((1, 3, 64, 64)),)
 
 
 def defmo():
@@ -82,13 +71,13 @@ def defmo():
     # 2049-channel convolution is most of the time)
     net.rendering.tsr_steps = 4
     net.rendering.times = torch.linspace(0, 1, 4)
-    return net, (torch.cat([_textured((1, 3, 16, 16)), _textured((1, 3, 16, 16), 1)], 1),)
+    return net, (torch.cat([blob_image((1, 3, 16, 16)), blob_image((1, 3, 16, 16), 1)], 1),)
 
 
 def lite_mla():
     LiteMLA = _class("kornia.contrib.models.efficient_vit.nn.ops:LiteMLA", "kornia.models.efficient_vit.nn.ops:LiteMLA")
     torch.manual_seed(0)
-    return LiteMLA(16, 16, dim=8).eval(), (_textured((1, 16, 16, 16)),)
+    return LiteMLA(16, 16, dim=8).eval(), (blob_image((1, 16, 16, 16)),)
 
 
 def sam_prompt_encoder():
@@ -131,7 +120,7 @@ def loftr():
     LoFTR = _class("kornia.feature.loftr:LoFTR")
     torch.manual_seed(0)
     net = LoFTR(pretrained=None).eval()
-    image = _textured((1, 1, 64, 64))
+    image = blob_image((1, 1, 64, 64))
 
     def call(net, image0, image1):
         seen = {}
@@ -150,7 +139,7 @@ def loftr():
 def dedode_detector():
     get_detector = _class("kornia.feature.dedode.dedode_models:get_detector")
     torch.manual_seed(0)
-    return get_detector("L", torch.float16).eval(), (_textured((1, 3, 32, 32)),)
+    return get_detector("L", torch.float16).eval(), (blob_image((1, 3, 32, 32)),)
 
 
 def rt_detr():
@@ -179,7 +168,7 @@ def rt_detr():
         order = (boxes[..., 0].double() * 1024 + boxes[..., 1].double()).argsort(dim=-1)
         return boxes.gather(1, order.unsqueeze(-1).expand(-1, -1, 4))
 
-    return _Pick(net.eval(), call), (_textured((1, 3, 64, 64)),)
+    return _Pick(net.eval(), call), (blob_image((1, 3, 64, 64)),)
 
 
 def xfeat():
@@ -190,7 +179,7 @@ def xfeat():
         resized = net._preprocess_tensor(image)[0]
         return torch.cat([t.flatten() for t in net.net(resized)])  # dense descriptors, keypoint logits, reliability
 
-    return _Pick(XFeat(top_k=64).eval(), call), (_textured((1, 3, 64, 64)),)
+    return _Pick(XFeat(top_k=64).eval(), call), (blob_image((1, 3, 64, 64)),)
 
 
 NETWORKS = {

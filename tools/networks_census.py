@@ -127,18 +127,10 @@ class Built:
 
 
 def _textured(torch, shape=(1, 3, 64, 64), seed=3):
-    """A smooth image with structure (blobs and a ramp), in float32 (tools/census.py's)."""
-    generator = torch.Generator().manual_seed(seed)
-    h, w = shape[-2:]
-    y = torch.linspace(0, 1, h).view(h, 1)
-    x = torch.linspace(0, 1, w).view(1, w)
-    image = 0.3 * x + 0.2 * y
-    for _ in range(6):
-        cy, cx = torch.rand(2, generator=generator).tolist()
-        s = 0.05 + 0.1 * torch.rand(1, generator=generator).item()
-        image = image + 0.5 * torch.exp(-((y - cy) ** 2 + (x - cx) ** 2) / (2 * s * s))
-    image = (image / image.max()).expand(*shape).contiguous()
-    return image
+    """A smooth image with structure (blobs and a ramp), in float32: tools/census.py's."""
+    from census import _textured as census_textured  # this directory is on sys.path: a script beside it
+
+    return census_textured(torch, torch.float32, shape, seed)
 
 
 def _rand(torch, *shape, seed=1):

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 
 from .._model import Demonstration
+from ..sample_inputs import blob_image
 
 FIX = "networks_half"
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -30,19 +31,11 @@ def _first_class(*references: str) -> Optional[Any]:
     return None
 
 
-def _image(shape: Tuple[int, ...]) -> torch.Tensor:
-    h, w = shape[-2:]
-    y = torch.linspace(0, 1, h).view(h, 1)
-    x = torch.linspace(0, 1, w).view(1, w)
-    image = 0.3 * x + 0.2 * y + 0.5 * torch.exp(-((y - 0.4) ** 2 + (x - 0.6) ** 2) / 0.02)
-    return (image / image.max()).expand(*shape).contiguous()
-
-
 def _networks() -> Dict[str, Callable[[], Tuple[torch.nn.Module, torch.Tensor]]]:
     networks: Dict[str, Callable[[], Tuple[torch.nn.Module, torch.Tensor]]] = {}
     tiny_vit = _first_class("kornia.contrib.models.tiny_vit:TinyViT", "kornia.models.tiny_vit:TinyViT")
     if tiny_vit is not None:
-        networks["TinyViT-5m 64px"] = lambda: (tiny_vit.from_config("5m", img_size=64), _image((1, 3, 64, 64)))
+        networks["TinyViT-5m 64px"] = lambda: (tiny_vit.from_config("5m", img_size=64), blob_image((1, 3, 64, 64)))
     position = _first_class("kornia.contrib.models.sam.architecture.prompt_encoder:PositionEmbeddingRandom",
                             "kornia.models.sam.architecture.prompt_encoder:PositionEmbeddingRandom")
     if position is not None:
