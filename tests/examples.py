@@ -1223,28 +1223,37 @@ def loftr_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return (net, {"image0": image0, "image1": image1})
 
 
+def small_rt_detr() -> torch.nn.Module:
+    """A small RT-DETR (resnet18d, 64 px, 16 queries, one decoder layer), seeded random weights, eval
+    mode; LookupError where the release has none."""
+    import dataclasses
+    import importlib
+
+    for name in ("kornia.contrib.models.rt_detr.model", "kornia.models.rt_detr.model"):
+        try:
+            model = importlib.import_module(name)
+            break
+        except ImportError:
+            continue
+    else:
+        raise LookupError("no RT-DETR in this kornia")
+    wanted = dict(model_type="resnet18d", num_classes=4, input_size=64, neck_hidden_dim=64,
+                  neck_dim_feedforward=128, head_hidden_dim=64, head_num_queries=16, head_num_decoder_layers=1)
+    fields = {field.name for field in dataclasses.fields(model.RTDETRConfig)}
+    torch.manual_seed(0)
+    return model.RTDETR.from_config(model.RTDETRConfig(**{k: v for k, v in wanted.items() if k in fields})).eval()
+
+
 _RT_DETR_DECODER_CALL: List[object] = []
 
 
 def rt_detr_decoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """RT-DETR's TransformerDecoder (a small resnet18d RT-DETR, random weights) with the arguments its
-    head gives it for a (1, 3, 64, 64) image, in ``dtype``."""
+    """RT-DETR's TransformerDecoder (``small_rt_detr``) with the arguments its head gives it for a
+    (1, 3, 64, 64) image, in ``dtype``."""
     import copy
-    import dataclasses
-    import importlib
 
     if not _RT_DETR_DECODER_CALL:
-        for name in ("kornia.contrib.models.rt_detr.model", "kornia.models.rt_detr.model"):
-            try:
-                model = importlib.import_module(name)
-                break
-            except ImportError:
-                continue
-        wanted = dict(model_type="resnet18d", num_classes=4, input_size=64, neck_hidden_dim=64,
-                      neck_dim_feedforward=128, head_hidden_dim=64, head_num_queries=16, head_num_decoder_layers=1)
-        fields = {field.name for field in dataclasses.fields(model.RTDETRConfig)}
-        torch.manual_seed(0)
-        net = model.RTDETR.from_config(model.RTDETRConfig(**{k: v for k, v in wanted.items() if k in fields})).eval()
+        net = small_rt_detr()
         seen = []
         hook = net.decoder.decoder.register_forward_pre_hook(lambda m, args, kwargs: seen.append((args, kwargs)),
                                                              with_kwargs=True)

@@ -24,6 +24,7 @@ from kornia_halfpatch._codegen import edited_function, source_edit_problem
 from kornia_halfpatch._kernels import widening_missing_kernels
 from kornia_halfpatch.sample_inputs import blob_image
 from kornia_halfpatch.fixes import networks_half
+from examples import small_rt_detr
 from support import UPSTREAM_FIXED, bitwise_equal
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
@@ -143,22 +144,10 @@ def dedode_detector():
 
 
 def rt_detr():
-    model = None
-    for name in ("kornia.contrib.models.rt_detr.model", "kornia.models.rt_detr.model"):
-        try:
-            model = importlib.import_module(name)
-            break
-        except ImportError:
-            continue
-    if model is None:
+    try:
+        net = small_rt_detr()
+    except LookupError:
         pytest.skip(f"no RT-DETR in kornia {kornia.__version__}")
-    import dataclasses
-
-    wanted = dict(model_type="resnet18d", num_classes=4, input_size=64, neck_hidden_dim=64, neck_dim_feedforward=128,
-                  head_hidden_dim=64, head_num_queries=16, head_num_decoder_layers=1)
-    fields = {field.name for field in dataclasses.fields(model.RTDETRConfig)}
-    torch.manual_seed(0)
-    net = model.RTDETR.from_config(model.RTDETRConfig(**{k: v for k, v in wanted.items() if k in fields}))
 
     def call(net, image):
         out = net(image)
