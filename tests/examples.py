@@ -1255,18 +1255,27 @@ def rt_detr_decoder_call(dtype: torch.dtype) -> Tuple[object, ...]:
     if not _RT_DETR_DECODER_CALL:
         net = small_rt_detr()
         seen = []
-        hook = net.decoder.decoder.register_forward_pre_hook(lambda m, args, kwargs: seen.append((args, kwargs)),
-                                                             with_kwargs=True)
-        with torch.no_grad():
-            net(_rand(torch.Generator().manual_seed(51), 1, 3, 64, 64))
-        hook.remove()
+        # net.decoder.decoder in 0.8; net.head.decoder in 0.7.1-0.7.3, a plain object (not a Module)
+        # whose forward the head calls directly: the call is caught on the instance.
+        decoder = net.decoder.decoder if hasattr(net, "decoder") else net.head.decoder
+        release_forward = decoder.forward
+        decoder.forward = lambda *args, **kwargs: (seen.append((args, kwargs)), release_forward(*args, **kwargs))[1]
+        try:
+            with torch.no_grad():
+                net(_rand(torch.Generator().manual_seed(51), 1, 3, 64, 64))
+        finally:
+            del decoder.forward
         args, kwargs = seen[0]
-        _RT_DETR_DECODER_CALL.extend([net.decoder.decoder, args + tuple(kwargs.values())])
+        _RT_DETR_DECODER_CALL.extend([decoder, args + tuple(kwargs.values())])
     decoder, args = _RT_DETR_DECODER_CALL
 
     def cast(value: object) -> object:
         if isinstance(value, torch.nn.Module):
             return copy.deepcopy(value).to(dtype)
+        if type(value).__name__ == "TransformerDecoder":  # 0.7.1-0.7.3: a plain object holding its layers
+            value = copy.deepcopy(value)
+            value.layers = value.layers.to(dtype)
+            return value
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             return value.bfloat16().to(dtype)
         return value
