@@ -44,6 +44,7 @@ import torch
 from . import _precision as precision
 from . import _probe_cache as probe_cache
 from ._functions import has_own_signature
+from ._torch_compat import is_compiling
 from ._functions import python_function_of  # noqa: F401 - also used by the fixes and tests through here
 
 HALF_DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -121,6 +122,11 @@ HELPERS = {
     "_halfpatch_autocast_half": precision.autocast_half,
     "_halfpatch_autocast_on": precision.autocast_on,
     "_halfpatch_autocast_off": precision.autocast_off,
+    # The float32 evaluation of a half call (eager only): inside it kornia's depthwise
+    # convolutions may take a faster float32 layout (the half result is held to 1 half ulp of
+    # the release's float32 result narrowed, not to its float32 bits).
+    "_halfpatch_float32_evaluation": precision.FLOAT32_EVALUATION,
+    "_halfpatch_is_compiling": is_compiling,
     "_halfpatch_widen": _widen,
     "_halfpatch_widen_optional": _widen_optional,
     "_halfpatch_widen_list": _widen_list,
@@ -729,6 +735,10 @@ def _promote_plan(
             f"                with _halfpatch_autocast_off({trigger}.device.type):\n"
             f"                    _halfpatch_out = _halfpatch_original({widened_call})\n"
             f"                return {autocast_result}\n"
+            f"            if not _halfpatch_is_compiling():\n"
+            f"                with _halfpatch_float32_evaluation:\n"
+            f"                    _halfpatch_out = _halfpatch_original({widened_call})\n"
+            f"                return {result_source}\n"
             f"        _halfpatch_out = _halfpatch_original({widened_call})\n"
             f"        return {result_source}\n"
         )

@@ -31,6 +31,7 @@ and ``torch.get_autocast_dtype(device)`` from torch 2.4; before, one function pe
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Optional
 
 import torch
@@ -185,3 +186,30 @@ def cpu_autocast_accepts(dtype: torch.dtype) -> bool:
                 return True
     except RuntimeError:
         return False
+
+
+class _Float32Evaluation(threading.local):
+    """Whether this thread is inside the shim's float32 evaluation of a half call (a promoted
+    row's widened call): the depth of nested evaluations. The half result is held to the
+    release's float32 result narrowed once, to at most 1 half ulp, not to its float32 bits, so
+    inside it kornia's convolutions may take a faster float32 layout (channels-last depthwise
+    convolution, ``fixes/filters_conv_hang.py``) whose float32 roundings can differ from the
+    release's. A float32 call of the user's is never inside one: its bits stay the release's."""
+
+    depth = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self.depth -= 1
+
+
+# One per process (its depth is per thread): the context the promoted wrappers enter.
+FLOAT32_EVALUATION = _Float32Evaluation()
+
+
+def in_float32_evaluation() -> bool:
+    """Inside the shim's float32 evaluation of a half call, on this thread (eager only: compiled
+    and scripted code never enters one)."""
+    return FLOAT32_EVALUATION.depth > 0

@@ -37,16 +37,17 @@ the CPU reports (for tests).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 import torch
 from torch._jit_internal import BroadcastingList2
 
 from .. import _options as options_manifest
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
-from .._precision import autocast_half, autocast_off, autocast_on
-from .._torch_compat import cpu_capabilities
+from .._precision import autocast_half, autocast_off, autocast_on, in_float32_evaluation
+from .._torch_compat import cpu_capabilities, is_compiling
 
 HANG = options_manifest.FILTERS_CONV_HANG  # KORNIA_HALFPATCH_FILTERS_CONV_HANG: auto, on, off
 # The smallest kernel side measured to hang (1x15); every side from here up takes float32.
@@ -158,8 +159,91 @@ def conv2d(
             # with autocast off, narrowed to float16 as autocast returns it.
             with autocast_off(input.device.type):
                 return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups).to(torch.float16)
+        if {at_scale} and not is_compiling() and depthwise_on_cpu(input, weight, groups):
+            return depthwise_at_scale(_halfpatch_original, input, weight, bias, stride, padding, dilation, groups)
     return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups)
 """
+
+
+def depthwise_on_cpu(input: torch.Tensor, weight: torch.Tensor, groups: int) -> bool:
+    """A CPU convolution with one input channel per group, one output per group (filter2d,
+    filter3d's 2-D cousins, box_blur, sobel, the pyramids, SSIM's windows): kornia's filters."""
+    return (
+        input.device.type == "cpu"
+        and input.dim() == 4
+        and weight.dim() == 4
+        and weight.shape[1] == 1
+        and weight.shape[0] == groups
+        and input.shape[1] == groups
+    )
+
+
+def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                       stride: Any, padding: Any, dilation: Any, groups: int) -> torch.Tensor:
+    """A depthwise CPU convolution of kornia's, computed in a faster layout where the result is
+    held to the release's float32 result narrowed once (not to the release's float32 bits):
+
+    - a half image whose dtype takes the float32 path on this CPU (``networks_cpu_half``'s
+      ``cpu_half`` modes: no half arithmetic here, or forced): widened to float32 straight into
+      channels-last, convolved, narrowed once straight back into the usual layout. The release's
+      float16 depthwise convolution takes torch's slow path on such a CPU (5.8 s for box_blur 9x9
+      on 4x3x1024x1024, measured; 0.12 s this way), and the result is float32's narrowed once;
+    - a half image whose dtype is native here: the same half convolution in channels-last
+      (bfloat16 1x11 on 4x3x1024x1024: 0.23 s -> 0.025 s, measured);
+    - a float32 image inside the shim's float32 evaluation of a half call (a promoted row:
+      gaussian_blur2d, ssim, resize's antialiasing, canny): channels-last. NCHW depthwise float32
+      convolutions take a path 3-7x slower that allocates about ten times the image (the 1x11
+      Gaussian pass on 4x3x1024x1024: 0.42 s -> 0.06 s; bitwise the same here, and where a CPU's
+      kernels round otherwise the narrowed result moves by at most 1 half ulp).
+
+    A single-channel image (groups = 1) is convolved as one image of N channels (the same
+    per-pixel sums), since channels-last of one channel is NCHW. On this machine, on the SSE4.1
+    baseline and on torch 2.1, channels-last depthwise float32 convolutions of two or more
+    channels are bitwise the NCHW ones (kernels 1x11 to 63x63, measured), so the float32 evaluation
+    is the release's there; one channel in channels-last strides is not (15x15), and is left to
+    torch's own call. Under autocast, and for a user's
+    float32 or float64 call, this is torch's own convolution, untouched."""
+    if autocast_on(input):
+        return original(input, weight, bias, stride, padding, dilation, groups)
+    dtype = input.dtype
+    if dtype == torch.float32 and weight.dtype == torch.float32:
+        if not in_float32_evaluation():
+            return original(input, weight, bias, stride, padding, dilation, groups)
+        compute = torch.float32
+    elif dtype in (torch.float16, torch.bfloat16) and weight.dtype == dtype:
+        compute = torch.float32 if dtype in _float32_mode_dtypes() else dtype
+    else:
+        return original(input, weight, bias, stride, padding, dilation, groups)
+    batch = input.shape[0]
+    if groups == 1 and batch > 1:
+        # (N, 1, H, W) as (1, N, H, W): N depthwise channels with the same kernel.
+        input = input.transpose(0, 1)
+        weight = weight.expand(batch, 1, weight.shape[2], weight.shape[3])
+        bias = None if bias is None else bias.expand(batch)
+        groups = batch
+        regrouped = True
+    else:
+        regrouped = False
+    if groups < 2 and compute == dtype:
+        # One image of one channel: channels-last is its NCHW, with other strides that take
+        # another float32 kernel (15x15: other roundings, measured); nothing to gain.
+        return original(input, weight, bias, stride, padding, dilation, groups)
+    wide = input.to(dtype=compute, memory_format=torch.channels_last)
+    out = original(wide, weight.to(compute), None if bias is None else bias.to(compute), stride, padding, dilation, groups)
+    del wide
+    if regrouped:
+        out = out.transpose(0, 1)
+    result = out.to(dtype=dtype, memory_format=torch.contiguous_format)
+    # A size-1 dimension leaves .to() a non-contiguous view (the regrouped batch, transposed back).
+    return result if result.is_contiguous() else result.contiguous()
+
+
+def _float32_mode_dtypes() -> Tuple[torch.dtype, ...]:
+    """The half dtypes whose CPU computations take float32 now (``networks_cpu_half``'s modes)."""
+    # networks_cpu_half owns the modes and imports this module (cpu_has_avx512_fp16): read from
+    # the loaded module, not imported (no import circle). Not loaded: no dtype is widened here.
+    modes = sys.modules.get(f"{__package__}.networks_cpu_half")
+    return modes.promoted_dtypes() if modes is not None else ()
 
 
 def build_conv2d(original: Any) -> Any:
@@ -178,10 +262,13 @@ def build_conv2d(original: Any) -> Any:
         hang="hang_prone_conv(input, weight)" if hang else "False",
         no_kernel=dtype_condition("input", no_kernel) if no_kernel else "False",
         autocast_hang="hang_prone_under_autocast(input, weight)" if hang else "False",
+        at_scale="True",
     )
     namespace = {"torch": torch, "Optional": Optional, "BroadcastingList2": BroadcastingList2,
                  "hang_prone_conv": hang_prone_conv, "hang_prone_under_autocast": hang_prone_under_autocast,
-                 "autocast_on": autocast_on, "autocast_off": autocast_off, "_halfpatch_original": original}
+                 "autocast_on": autocast_on, "autocast_off": autocast_off, "_halfpatch_original": original,
+                 "is_compiling": is_compiling, "depthwise_on_cpu": depthwise_on_cpu,
+                 "depthwise_at_scale": depthwise_at_scale}
     conv2d = define(source, "conv2d", namespace, "filters_conv_hang torch.nn.functional:conv2d")
     conv2d.__doc__ = original.__doc__
     conv2d.__module__ = __name__  # the engine gives it the original's identity when installing
@@ -232,7 +319,13 @@ def probe(originals: Sequence[Any]) -> Finding:
     needed, reason = describe(("conv2d",))
     if needed:
         return bug_present(f"{reason}: kornia's convolutions in that dtype run in float32, narrowed once ({hang.reason})")
-    return hang
+    return bug_present(f"{AT_SCALE} ({hang.reason})")
+
+
+# Why the conv2d target goes in on every CPU (depthwise_at_scale).
+AT_SCALE = ("kornia's depthwise CPU convolutions of half images (and of the shim's float32 evaluations of them) take "
+            "NCHW paths 3-7x slower than channels-last, float16 without half arithmetic torch's slow path (5.8 s for "
+            "box_blur 9x9 on 4x3x1024x1024): channels-last, in float32 where the dtype has no arithmetic here")
 
 
 FIX = Fix(
