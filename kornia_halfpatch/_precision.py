@@ -204,6 +204,10 @@ class _Float32Evaluation(threading.local):
     def __exit__(self, *exc: Any) -> None:
         self.depth -= 1
 
+    def __repr__(self) -> str:
+        # The same in every process (a generated wrapper's bindings are compared warm and cold).
+        return f"{__name__}.FLOAT32_EVALUATION"
+
 
 # One per process (its depth is per thread): the context the promoted wrappers enter.
 FLOAT32_EVALUATION = _Float32Evaluation()
