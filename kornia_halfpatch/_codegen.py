@@ -288,10 +288,21 @@ def tuple_items(annotation: Any) -> Optional[Tuple[Any, ...]]:
 # What a generated wrapper's globals hold beyond the original's module globals and the helpers
 # (base_namespace), as a plan records it: (key, kind, argument). "module": torch or typing where
 # the module binds the name to None; "typing": a typing name the annotations use; "default": the
-# plain original's default of that parameter; "guard": the row's guard; "object": any other
-# object (an annotation's class), which is not kept on disk.
+# plain original's default of that parameter; "guard": the row's guard; "evaluate": the row's
+# cheaper float32 evaluation, by its "module:function" reference; "object": any other object (an
+# annotation's class), which is not kept on disk.
 Binding = Tuple[str, str, Any]
-_KEPT_BINDING_KINDS = ("module", "typing", "default", "guard")
+_KEPT_BINDING_KINDS = ("module", "typing", "default", "guard", "evaluate")
+
+
+def _load_reference(reference: str) -> Any:
+    import importlib
+
+    module, _, name = reference.partition(":")
+    value: Any = importlib.import_module(module)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
 
 
 class _Names:
@@ -578,6 +589,8 @@ def _realized(plan: Plan, original: Any, function: Any, guard: Any, label: str) 
             namespace[key] = defaults[argument]
         elif kind == "guard":
             namespace[key] = guard
+        elif kind == "evaluate":
+            namespace[key] = _load_reference(argument)
         elif kind == "object":
             namespace[key] = argument
         else:
@@ -612,6 +625,7 @@ def promote_wrapper(
     guard_arguments: Sequence[str] = (),
     autocast: Optional[str] = AUTOCAST_FLOAT32,
     half_inputs: bool = True,
+    evaluate: Optional[str] = None,
     label: str = "",
 ) -> Callable[..., Any]:
     """``original`` run in float32 where half arithmetic would reach it: when the ``trigger``
@@ -636,11 +650,11 @@ def promote_wrapper(
     if not half_inputs and autocast is None:
         raise ValueError("a row that takes neither half inputs nor autocast's half does nothing")
     arguments = [trigger, list(half), None if outputs is None else list(outputs), device, guard is not None,
-                 list(guard_arguments), autocast, half_inputs]
+                 list(guard_arguments), autocast, half_inputs, evaluate]
     plan = _planned(
         "promote", function, arguments,
         lambda: _promote_plan(original, function, trigger, half, outputs, device, guard, guard_arguments, autocast,
-                              half_inputs),
+                              half_inputs, evaluate),
     )
     return _realized(plan, original, function, guard, label)
 
@@ -656,6 +670,7 @@ def _promote_plan(
     guard_arguments: Sequence[str],
     autocast: Optional[str],
     half_inputs: bool,
+    evaluate: Optional[str] = None,
 ) -> Plan:
     hints = _resolved_hints(function)
     parameters = parameters_of(function)
@@ -722,6 +737,19 @@ def _promote_plan(
     # widened arguments again at the first matmul or convolution). TorchScript runs without
     # autocast and compiles none of it (torch.jit.is_scripting() is resolved when it compiles).
     source = f"def {function.__name__}({params}){returns}:\n"
+    evaluated = ""
+    if evaluate is not None:
+        # The row's cheaper float32 evaluation of the same function (eager, half inputs, outside
+        # autocast): it takes the original, the trigger's dtype and the arguments as given, and
+        # returns the result narrowed, or None where it does not take these arguments.
+        if items is not None or rules not in (None, [NARROW]) or classify(result) != TENSOR:
+            raise UnsupportedSignature(f"{function.__qualname__}: a cheaper evaluation takes one narrowed tensor result")
+        names.set("_halfpatch_evaluate", "evaluate", evaluate, _load_reference(evaluate))
+        evaluated = (
+            f"                    _halfpatch_out = _halfpatch_evaluate(_halfpatch_original, _halfpatch_dtype, {plain_call})\n"
+            f"                    if _halfpatch_out is not None:\n"
+            f"                        return _halfpatch_out\n"
+        )
     if half_inputs:
         # Under autocast a kornia function's float32 computation returns float32, as autocast's
         # own float32 ops do (a half activation reaching a precision-sensitive op comes back
@@ -737,6 +765,7 @@ def _promote_plan(
             f"                return {autocast_result}\n"
             f"            if not _halfpatch_is_compiling():\n"
             f"                with _halfpatch_float32_evaluation:\n"
+            f"{evaluated}"
             f"                    _halfpatch_out = _halfpatch_original({widened_call})\n"
             f"                return {result_source}\n"
             f"        _halfpatch_out = _halfpatch_original({widened_call})\n"

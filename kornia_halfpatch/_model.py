@@ -146,6 +146,11 @@ class Promote:
     function's half arithmetic is as wrong when autocast makes it half); ``"narrow"``, the same
     narrowed to autocast's dtype; None, the release's autocast path. ``half_inputs``: False for a
     function whose release refuses half inputs (as 0.9.0 does), which only autocast's half reaches.
+    ``evaluate``: a cheaper float32 evaluation of the same function (``"module:function"``, called
+    as ``f(original, dtype, *arguments)`` for half inputs in eager mode, outside autocast),
+    returning the narrowed result, or None to leave the call to the widened original: tiles of a
+    bounded float32 workspace narrowed straight into the output, the same float32 operations per
+    element, so the half result is the release's float32 result narrowed.
     """
 
     candidates: Union[str, Tuple[str, ...]]
@@ -163,6 +168,7 @@ class Promote:
     kernels: Tuple[str, ...] = ()
     autocast: Optional[str] = "float32"
     half_inputs: bool = True
+    evaluate: Optional[str] = None
 
     def promoted_dtypes(self) -> Tuple[str, ...]:
         """The dtypes of ``half`` this torch needs promoted (those without one of ``kernels``)."""
@@ -185,6 +191,7 @@ class Promote:
             guard_arguments=self.guard_arguments,
             autocast=self.autocast,
             half_inputs=self.half_inputs,
+            evaluate=self.evaluate,
         )
 
     def target(self) -> Target:

@@ -143,3 +143,103 @@ def test_full_precision_filters_are_bitwise_the_release():
                kornia.metrics.ssim(x, x * 0.9, 11)]
     for a, b in zip(got, expected):
         assert bitwise_equal(a, b)
+
+
+# --------------------------------------------------------------------------------------------
+# Cheaper float32 evaluations (Promote(..., evaluate=...), fixes/_at_scale.py): the same float32
+# values per element, so the half result is the release's float32 result narrowed, bitwise.
+
+def _gray_and_color(batch=3, size=70, seed=2):
+    x = image(batch, 3, size, seed)
+    x[:, :, :7] = 0.5  # gray pixels: zero chroma, the release's eps and its replaced divisor
+    x[:, 0, 7:12] = 1.0  # red maxima: the hue's first branch
+    x[:, 1, 12:17] = 1.0
+    return x
+
+
+EVALUATED = {
+    "rgb_to_hsv": lambda t, o, s: kornia.color.rgb_to_hsv(t),
+    "gaussian_blur2d": lambda t, o, s: kornia.filters.gaussian_blur2d(t, (11, 11), (1.5, 1.5)),
+    "gaussian_blur2d per-image sigma": lambda t, o, s: kornia.filters.gaussian_blur2d(t, (7, 9), s),
+    "ssim": lambda t, o, s: kornia.metrics.ssim(t, o, 11),
+    "equalize": lambda t, o, s: kornia.enhance.equalize(t),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(EVALUATED))
+def test_an_evaluated_half_call_is_the_release_float32_narrowed_bitwise(name, dtype, mode):
+    x = _gray_and_color().to(dtype)
+    other = (_gray_and_color(seed=9) * 0.9).to(dtype)
+    sigma = torch.tensor([[1.5, 1.5], [2.0, 1.0], [0.8, 3.0]]).to(dtype)
+    call = EVALUATED[name]
+    with testing.isolated(only=()):
+        expected = call(x.float(), other.float(), sigma.float()).to(dtype)
+    with testing.isolated(only=ONLY, cpu_half=mode):
+        got = call(x, other, sigma)
+    assert got.dtype == dtype and got.shape == expected.shape
+    assert bitwise_equal(got, expected), name
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_rgb_to_hsv_evaluation_on_ties_and_nan_is_the_release_float32_narrowed(dtype):
+    """Ties pick the first maximal channel, as torch.max does; a NaN tile takes the release's
+    reductions."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    g = torch.Generator().manual_seed(0)
+    quantised = torch.randint(0, 4, (2, 3, 40, 30), generator=g) / 4.0  # many ties, gray and black pixels
+    with_nan = torch.rand(1, 3, 20, 20, generator=g)
+    with_nan[0, 1, 3, 3] = float("nan")
+    with_nan[0, 0, 4, 4] = float("nan")
+    for x in (quantised, with_nan):
+        x = x.to(dtype)
+        with testing.isolated(only=()):
+            expected = kornia.color.rgb_to_hsv(x.float()).to(dtype)
+        assert bitwise_equal(_at_scale.rgb_to_hsv(None, dtype, x), expected)
+
+
+def test_the_rows_wrappers_hold_their_evaluation():
+    from kornia_halfpatch.fixes import _at_scale
+
+    with testing.isolated(only=ONLY):
+        import importlib
+
+        hsv = importlib.import_module("kornia.color.hsv")
+        gaussian = importlib.import_module("kornia.filters.gaussian")
+
+        assert hsv.rgb_to_hsv.__globals__["_halfpatch_evaluate"] is _at_scale.rgb_to_hsv
+        assert gaussian.gaussian_blur2d.__globals__["_halfpatch_evaluate"] is _at_scale.per_image
+
+
+def test_per_image_calls_the_original_once_per_widened_image():
+    from kornia_halfpatch.fixes import _at_scale
+
+    seen = []
+
+    def original(x, sigma, scale):
+        seen.append((tuple(x.shape), x.dtype, tuple(sigma.shape), scale))
+        return x * sigma.view(-1, 1, 1, 1) * scale
+
+    x = image(3, 2, 8).half()
+    sigma = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16)
+    out = _at_scale.per_image(original, torch.float16, x, sigma, scale=0.5)
+    assert seen == [((1, 2, 8, 8), torch.float32, (1,), 0.5)] * 3
+    assert out.dtype == torch.float16 and bitwise_equal(out, (x.float() * sigma.float().view(-1, 1, 1, 1) * 0.5).half())
+    # one image, or a wanted gradient: left to the widened original (None)
+    assert _at_scale.per_image(original, torch.float16, x[:1], sigma[:1], scale=0.5) is None
+    assert _at_scale.per_image(original, torch.float16, x.requires_grad_(), sigma, scale=0.5) is None
+
+
+def test_a_gradient_takes_the_release_float32_graph():
+    """A half input that wants a gradient is left to the widened original (the release's float32
+    graph gives the gradient): the same gradient as the float32 call's, narrowed."""
+    x = image(2, 3, 32).half().requires_grad_()
+    with testing.isolated(only=()):
+        wide = x.detach().float().requires_grad_()
+        kornia.color.rgb_to_hsv(wide).sum().backward()
+    with testing.isolated(only=ONLY):
+        kornia.color.rgb_to_hsv(x).float().sum().backward()
+    assert x.grad.dtype == torch.float16
+    assert bitwise_equal(x.grad, wide.grad.half())

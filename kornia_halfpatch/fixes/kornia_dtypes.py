@@ -35,6 +35,10 @@ from .._precision import autocast_half, autocast_off, autocast_on, leave_autocas
 _row = table(Promote, optional=True)
 
 
+# A half batch evaluated image by image (fixes/_at_scale.py): one image's float32 temporaries at
+# a time, each narrowed straight into the output.
+PER_IMAGE = f"{__package__}._at_scale:per_image"
+
 ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
 
 # The Pascal kernel of side k is the outer product of binomial rows normalised by its sum,
@@ -123,7 +127,8 @@ TWO_VIEW = "pixel coordinates times matrix entries, squared and divided"
 
 ROWS = (
     # color
-    _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA),
+    _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA + " (evaluated in tiles, the same float32 values: 4x3x1024x1024 "
+         "half in a fraction of the release's float32 memory)", evaluate=f"{__package__}._at_scale:rgb_to_hsv"),
     _row("kornia.color.hsv:hsv_to_rgb",
          "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
          "(hue * 3/pi) in float32"),
@@ -155,10 +160,11 @@ ROWS = (
          "as histogram: epsilon=1e-10 is 0 in float16, a joint pdf of 0/0; in float32"),
     _row("kornia.enhance.adjust:equalize",
          "histogram counts pass float16's range (65504) on 256x256 images and its integer grid (2048) on "
-         "smaller ones: the histogram and CDF in float32"),
+         "smaller ones: the histogram and CDF in float32 (image by image)", evaluate=PER_IMAGE),
     # metrics and losses
     _row("kornia.metrics.ssim:ssim",
-         "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32"),
+         "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32 "
+         "(image by image)", evaluate=PER_IMAGE),
     _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32"),
     _row("kornia.metrics.ssim3d:ssim3d",
          "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
@@ -190,7 +196,8 @@ ROWS = (
     _row("kornia.filters.gaussian:gaussian_blur2d",
          "the Gaussian kernel rounded to half, and the separable passes each rounded: 1.5x (float16) / 2.3x "
          "(bfloat16) the error of the float32 blur rounded once, separable and full kernels disagree by an ulp "
-         "(0.9.0: 1.00); in float32 (ssim, canny, unsharp_mask and the pyramids call it)"),
+         "(0.9.0: 1.00); in float32, image by image (ssim, canny, unsharp_mask and the pyramids call it)",
+         evaluate=PER_IMAGE),
     _row("kornia.enhance.jpeg:jpeg_codec_differentiable",
          "YCbCr conversion, 8x8 DCT and the soft quantisation in half: 32x (float16) / 23x (bfloat16) the "
          "ideal error, worst pixel 0.12 (0.9.0: 1.00); in float32"),

@@ -1,0 +1,122 @@
+"""Cheaper float32 evaluations of promoted functions, for half images at real sizes (issue 35,
+docs/half_at_scale.md).
+
+A promoted row (``Promote(..., evaluate="module:function")``) computes a half call as the
+release's float32 function on the widened input, narrowed once. Done whole, that keeps a float32
+copy of the image and every float32 temporary of the release's code alive at once: at
+4x3x1024x1024 ``rgb_to_hsv`` takes 2.7x kornia 0.9.0's half memory and 6x its time. The
+evaluations here compute the same float32 operations per element, tile by tile of a bounded
+float32 workspace, and narrow each tile straight into the half output, so the result is the
+release's float32 result narrowed, bit for bit, in a fraction of the memory.
+
+Each evaluation is called as ``f(original, dtype, *arguments)`` for half inputs in eager mode
+(never under autocast, TorchScript or ``torch.compile``) and returns None where it does not take
+the arguments (a gradient is wanted: the release's own float32 graph gives it; an unusual shape),
+which leaves the call to the widened original.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+
+# Pixels per tile: 3 channels x 2^17 pixels of float32 is 1.5 MiB and a temporary 512 KiB, so a
+# tile's temporaries stay in cache (rgb_to_hsv on 4x3x1024x1024: 2^14 0.088 s, 2^16 0.045 s,
+# 2^17 0.042 s, 2^20 0.063 s, measured on 2 threads).
+TILE_PIXELS = 1 << 17
+
+
+def _wants_gradient(*tensors: Any) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def rgb_to_hsv(original: Any, dtype: torch.dtype, image: Any, eps: float = 1e-8) -> Optional[torch.Tensor]:
+    """kornia's ``rgb_to_hsv`` (the same in 0.7.0-0.8.3), tile by tile of pixels.
+
+    Per pixel the release computes max/argmax and min over the three channels, the chroma, the
+    saturation ``chroma / (max + eps)``, three hue numerators, all three divided by the chroma
+    (zero chroma replaced by 1), the one of the argmax gathered, then ``(h / 6) % 1`` and
+    ``2 pi h``. Here the same float32 operations run on the same values, the gathered numerator
+    chosen before the division (the same quotient), so every element is the release's float32
+    value; then narrowed into the half output. The channel max and min are elementwise
+    (``torch.maximum``: exact, as the reduction) and the argmax the first maximal channel, as
+    ``torch.max`` returns it; a tile holding NaN takes the release's reductions."""
+    if not isinstance(image, torch.Tensor) or image.dim() < 3 or image.shape[-3] != 3 or _wants_gradient(image):
+        return None
+    if not isinstance(eps, float) or image.numel() == 0:
+        return None
+    shape = image.shape
+    pixels = shape[-2] * shape[-1]
+    source = image.reshape(-1, 3, pixels)
+    out = torch.empty(source.shape, dtype=dtype, device=image.device)
+    two_pi = 2.0 * math.pi
+    for n in range(source.shape[0]):
+        for start in range(0, pixels, TILE_PIXELS):
+            stop = min(start + TILE_PIXELS, pixels)
+            tile = source[n, :, start:stop].float()
+            red, green, blue = tile[0], tile[1], tile[2]
+            if torch.isnan(tile).any():
+                # max/min over channels propagate NaN with its index: the release's reductions.
+                max_rgb, argmax_rgb = tile.max(-2)
+                min_rgb, _ = tile.min(-2)
+                is_red, is_green = argmax_rgb == 0, argmax_rgb == 1
+            else:
+                # The same values, elementwise (a reduction over 3 channels is half the time); the
+                # argmax as torch.max gives it, the first maximal channel.
+                max_rgb = torch.maximum(torch.maximum(red, green), blue)
+                min_rgb = torch.minimum(torch.minimum(red, green), blue)
+                is_red = red == max_rgb
+                is_green = (green == max_rgb) & ~is_red
+            deltac = max_rgb - min_rgb
+            v = max_rgb
+            s = deltac / (max_rgb + eps)
+            deltac = torch.where(deltac == 0, torch.ones_like(deltac), deltac)
+            rc, gc, bc = max_rgb - red, max_rgb - green, max_rgb - blue
+            numerator = torch.where(is_red, bc - gc, torch.where(is_green, (rc - bc) + 2.0 * deltac, (gc - rc) + 4.0 * deltac))
+            h = numerator / deltac
+            h = (h / 6.0) % 1.0
+            h = two_pi * h
+            out[n, 0, start:stop] = h
+            out[n, 1, start:stop] = s
+            out[n, 2, start:stop] = v
+    return out.view(shape)
+
+
+def _image(value: Any, index: int, batch: int) -> Any:
+    """An argument for image ``index`` alone: a tensor of the batch's size sliced to it, widened
+    if half; a tensor of batch 1 (or none) widened whole; anything else as given."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.dim() > 0 and value.shape[0] == batch:
+        value = value[index : index + 1]
+    return value.float() if value.dtype in (torch.float16, torch.bfloat16) else value
+
+
+def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """A function that treats each image of a batch alone (a filter, SSIM's map, a per-image
+    histogram equalisation): the release's float32 function on one widened image at a time,
+    each result narrowed straight into the half output. Per image the float32 operations are
+    the release's (the depthwise convolutions sum each output pixel in the same order for one
+    image as for a batch: tested), and only one image's float32 temporaries are alive at once.
+    Every tensor argument of the batch's size is sliced with the image (``gaussian_blur2d``'s
+    per-image sigmas, ``ssim``'s second image)."""
+    image = arguments[0] if arguments else None
+    if not isinstance(image, torch.Tensor) or image.dim() < 4 or image.shape[0] < 2:
+        return None
+    tensors = [v for v in list(arguments) + list(keywords.values()) if isinstance(v, torch.Tensor)]
+    if _wants_gradient(*tensors):
+        return None
+    batch = image.shape[0]
+    out: Optional[torch.Tensor] = None
+    for index in range(batch):
+        result = original(*(_image(a, index, batch) for a in arguments),
+                          **{k: _image(v, index, batch) for k, v in keywords.items()})
+        if not isinstance(result, torch.Tensor) or result.dim() == 0 or result.shape[0] != 1:
+            return None  # not a per-image result after all: the widened original decides
+        if out is None:
+            out = torch.empty((batch,) + tuple(result.shape[1:]), dtype=dtype, device=result.device)
+        out[index : index + 1] = result
+        del result
+    return out
