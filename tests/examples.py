@@ -811,6 +811,19 @@ def blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
     return _in(dtype, _rand(g, 1, 3, 20, 24)) + ((5, 5), (1.5, 2.5))
 
 
+def box_blur_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a (2, 3, 20, 24) image: two images, so the evaluation goes image by image; 5x5 box)."""
+    g = torch.Generator().manual_seed(77)
+    return _in(dtype, _rand(g, 2, 3, 20, 24)) + ((5, 5),)
+
+
+def sobel_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """(a (2, 3, 18, 22) image of 8-bit range, normalized=False: the squares of the unnormalised
+    gradients pass float16's 65504)."""
+    g = torch.Generator().manual_seed(78)
+    return _in(dtype, _rand(g, 2, 3, 18, 22) * 255) + (False,)
+
+
 def jpeg_call(dtype: torch.dtype) -> Tuple[torch.Tensor, ...]:
     """(a (2, 3, 16, 16) image, qualities 50 and 80)."""
     g = torch.Generator().manual_seed(77)
@@ -1405,6 +1418,8 @@ EXAMPLES: Dict[str, Callable[[torch.dtype], Tuple[object, ...]]] = {
     "otsu_threshold": ramp_image,
     "OtsuThreshold.forward": otsu_module_call,
     "gaussian_blur2d": blur_call,
+    "box_blur": box_blur_call,
+    "sobel": sobel_call,
     "jpeg_codec_differentiable": jpeg_call,
     "gftt_response": single_channel_image,
     "make_upright": laf_call,

@@ -143,10 +143,14 @@ def test_a_row_widens_half_inputs_on_the_devices_its_fix_acts_on(fix, target, de
             if device_type == "cpu":
                 assert isinstance(result, torch.Tensor) and result.dtype == dtype, f"{name} on {device_type}"
             continue
-        (received, _), = recorder.calls
-        trigger = received[trigger_index(target, original, args)]
-        expected = torch.float32 if (target.row.device in (None, device_type)) else dtype
-        assert trigger.dtype == expected, f"{name} on {device_type}"
+        # One call, or one per tile where the row evaluates tile by tile (fixes/_at_scale.py)
+        if getattr(target.row, "evaluate", None) is None:
+            assert len(recorder.calls) == 1
+        assert recorder.calls
+        for received, _ in recorder.calls:
+            trigger = received[trigger_index(target, original, args)]
+            expected = torch.float32 if (target.row.device in (None, device_type)) else dtype
+            assert trigger.dtype == expected, f"{name} on {device_type}"
 
 
 def _set_autocast(device_type, dtype):

@@ -93,15 +93,16 @@ def test_promoted_filters_stay_the_release_float32_narrowed(name, dtype, mode):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("name", ["box_blur", "sobel"])
+@pytest.mark.parametrize("name", ["filter2d", "spatial_gradient"])
 def test_unpromoted_half_filters_in_float32_mode_are_float32_convolutions_narrowed(name, dtype):
-    """box_blur and sobel convolve the half image with a half-rounded kernel (the release's
-    filter2d casts it): in float32 mode the convolution runs in float32 and is narrowed once, so
-    it is at least as close to the float64 filter of the same values as the release's half one,
-    and finite."""
+    """filter2d and spatial_gradient (not promoted) convolve the half image with a half-rounded
+    kernel (the release's filter2d casts it): in float32 mode the convolution runs in float32 and
+    is narrowed once, so it is at least as close to the float64 filter of the same values as the
+    release's half one, and finite."""
     x = image().to(dtype)
-    calls = {"box_blur": lambda t: kornia.filters.box_blur(t, (9, 9)),
-             "sobel": lambda t: kornia.filters.spatial_gradient(t)}
+    box = torch.full((1, 9, 9), 1.0 / 81)
+    calls = {"filter2d": lambda t: kornia.filters.filter2d(t, box),
+             "spatial_gradient": lambda t: kornia.filters.spatial_gradient(t)}
     call = calls[name]
     # The release's half ops that this torch has no half CPU kernel for (torch 2.1: padding,
     # convolution) run widened, as a newer torch would run them.
@@ -163,14 +164,30 @@ EVALUATED = {
     "gaussian_blur2d per-image sigma": lambda t, o, s: kornia.filters.gaussian_blur2d(t, (7, 9), s),
     "ssim": lambda t, o, s: kornia.metrics.ssim(t, o, 11),
     "equalize": lambda t, o, s: kornia.enhance.equalize(t),
+    "box_blur": lambda t, o, s: kornia.filters.box_blur(t, (9, 9)),
+    "sobel": lambda t, o, s: kornia.filters.sobel(t),
+    "sobel 0-255 unnormalized": lambda t, o, s: kornia.filters.sobel(t, normalized=False),
+    "rgb_to_lab": lambda t, o, s: kornia.color.rgb_to_lab(t),
+    "lab_to_rgb": lambda t, o, s: kornia.color.lab_to_rgb(t),
+    "rgb_to_luv": lambda t, o, s: kornia.color.rgb_to_luv(t),
+    "luv_to_rgb": lambda t, o, s: kornia.color.luv_to_rgb(t),
+    "hsv_to_rgb": lambda t, o, s: kornia.color.hsv_to_rgb(t),
 }
+# The inverse conversions take an image of their own space (made in float32, then rounded).
+SPACE_OF = {"lab_to_rgb": "rgb_to_lab", "luv_to_rgb": "rgb_to_luv", "hsv_to_rgb": "rgb_to_hsv"}
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(EVALUATED))
 def test_an_evaluated_half_call_is_the_release_float32_narrowed_bitwise(name, dtype, mode):
-    x = _gray_and_color().to(dtype)
+    x = _gray_and_color()
+    if name in SPACE_OF:
+        with testing.isolated(only=()):
+            x = getattr(kornia.color, SPACE_OF[name])(x)
+    if "0-255" in name:
+        x = x * 255  # 8-bit range: float16 squares of the unnormalised gradients pass 65504
+    x = x.to(dtype)
     other = (_gray_and_color(seed=9) * 0.9).to(dtype)
     sigma = torch.tensor([[1.5, 1.5], [2.0, 1.0], [0.8, 3.0]]).to(dtype)
     call = EVALUATED[name]

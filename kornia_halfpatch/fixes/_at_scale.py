@@ -120,3 +120,32 @@ def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: An
         out[index : index + 1] = result
         del result
     return out
+
+
+def per_pixel(original: Any, dtype: torch.dtype, image: Any, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """A function of each pixel's channels alone (a colour conversion): the release's float32
+    function on tiles of pixels shaped ``(1, C, 1, TILE_PIXELS)``, each result narrowed straight
+    into the half output. Per pixel the float32 operations are the release's, whatever the tile,
+    and only one tile's float32 temporaries are alive at once (the whole-image evaluation keeps
+    a dozen image-sized float32 temporaries: rgb_to_lab at 4x3x1024x1024, 481 MiB)."""
+    if not isinstance(image, torch.Tensor) or image.dim() < 3 or image.numel() == 0:
+        return None
+    if _wants_gradient(image, *arguments, *keywords.values()):
+        return None
+    if any(isinstance(v, torch.Tensor) for v in list(arguments) + list(keywords.values())):
+        return None  # a per-call tensor (a white point) might be per image: the widened original
+    shape = image.shape
+    channels, pixels = shape[-3], shape[-2] * shape[-1]
+    source = image.reshape(-1, channels, pixels)
+    out: Optional[torch.Tensor] = None
+    for n in range(source.shape[0]):
+        for start in range(0, pixels, TILE_PIXELS):
+            stop = min(start + TILE_PIXELS, pixels)
+            tile = source[n, :, start:stop].float().view(1, channels, 1, stop - start)
+            result = original(tile, *arguments, **keywords)
+            if not isinstance(result, torch.Tensor) or result.dim() != 4 or result.shape[0] != 1 or result.shape[2:] != tile.shape[2:]:
+                return None
+            if out is None:
+                out = torch.empty((source.shape[0], result.shape[1], pixels), dtype=dtype, device=image.device)
+            out[n, :, start:stop] = result.view(result.shape[1], stop - start)
+    return out.view(shape[:-3] + (out.shape[1],) + shape[-2:])

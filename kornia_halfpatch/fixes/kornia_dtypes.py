@@ -38,6 +38,8 @@ _row = table(Promote, optional=True)
 # A half batch evaluated image by image (fixes/_at_scale.py): one image's float32 temporaries at
 # a time, each narrowed straight into the output.
 PER_IMAGE = f"{__package__}._at_scale:per_image"
+# A half image evaluated tile by tile of pixels (colour conversions: each pixel's channels alone).
+PER_PIXEL = f"{__package__}._at_scale:per_pixel"
 
 ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
 
@@ -131,17 +133,17 @@ ROWS = (
          "half in a fraction of the release's float32 memory)", evaluate=f"{__package__}._at_scale:rgb_to_hsv"),
     _row("kornia.color.hsv:hsv_to_rgb",
          "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
-         "(hue * 3/pi) in float32"),
+         "(hue * 3/pi) in float32", evaluate=PER_PIXEL),
     _row("kornia.color.luv:luv_to_rgb",
-         "the XYZ cube and the sRGB gamma of L up to 100 lose 3 half steps and more: in float32"),
+         "the XYZ cube and the sRGB gamma of L up to 100 lose 3 half steps and more: in float32", evaluate=PER_PIXEL),
     _row("kornia.color.luv:rgb_to_luv",
-         "black pixels: eps=1e-12 is 0 in float16, so u, v = 0/0 = NaN (bfloat16: 2.75 off); in float32"),
+         "black pixels: eps=1e-12 is 0 in float16, so u, v = 0/0 = NaN (bfloat16: 2.75 off); in float32", evaluate=PER_PIXEL),
     _row("kornia.color.lab:rgb_to_lab",
          "the XYZ cube root and the L*a*b* differences of nearby values cancel in half (0.31 off in float16, "
-         "2.8 in bfloat16): in float32"),
+         "2.8 in bfloat16): in float32", evaluate=PER_PIXEL),
     _row("kornia.color.lab:lab_to_rgb",
          "the inverse cube and the sRGB gamma of L up to 100 lose many half steps (0.027 off in float16, 0.12 "
-         "in bfloat16): in float32"),
+         "in bfloat16): in float32", evaluate=PER_PIXEL),
     _row("kornia.color.gray:rgb_to_grayscale",
          "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
          "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)"),
@@ -198,6 +200,14 @@ ROWS = (
          "(bfloat16) the error of the float32 blur rounded once, separable and full kernels disagree by an ulp "
          "(0.9.0: 1.00); in float32, image by image (ssim, canny, unsharp_mask and the pyramids call it)",
          evaluate=PER_IMAGE),
+    _row("kornia.filters.blur:box_blur",
+         "the box kernel 1/(kh kw) is cast to the image's dtype (1/81 is inexact in half) before the half "
+         "convolution: 1.1x (float16) / 1.2-2.1x (bfloat16) the error of the float32 blur rounded once; in float32, "
+         "image by image", evaluate=PER_IMAGE),
+    _row("kornia.filters.sobel:sobel",
+         "the magnitude sqrt(gx^2 + gy^2 + eps) of half gradients: the squares overflow float16 past 256 (0-255 "
+         "images with normalized=False: Inf) and the magnitude is 1.4x (2.4x bfloat16 on 0-255 images) the error "
+         "of the float32 filter rounded once; in float32, image by image", evaluate=PER_IMAGE),
     _row("kornia.enhance.jpeg:jpeg_codec_differentiable",
          "YCbCr conversion, 8x8 DCT and the soft quantisation in half: 32x (float16) / 23x (bfloat16) the "
          "ideal error, worst pixel 0.12 (0.9.0: 1.00); in float32"),
