@@ -159,20 +159,34 @@ def _gray_and_color(batch=3, size=70, seed=2):
 
 
 EVALUATED = {
-    "rgb_to_hsv": lambda t, o, s: kornia.color.rgb_to_hsv(t),
-    "gaussian_blur2d": lambda t, o, s: kornia.filters.gaussian_blur2d(t, (11, 11), (1.5, 1.5)),
-    "gaussian_blur2d per-image sigma": lambda t, o, s: kornia.filters.gaussian_blur2d(t, (7, 9), s),
-    "ssim": lambda t, o, s: kornia.metrics.ssim(t, o, 11),
-    "equalize": lambda t, o, s: kornia.enhance.equalize(t),
-    "box_blur": lambda t, o, s: kornia.filters.box_blur(t, (9, 9)),
-    "sobel": lambda t, o, s: kornia.filters.sobel(t),
-    "sobel 0-255 unnormalized": lambda t, o, s: kornia.filters.sobel(t, normalized=False),
-    "rgb_to_lab": lambda t, o, s: kornia.color.rgb_to_lab(t),
-    "lab_to_rgb": lambda t, o, s: kornia.color.lab_to_rgb(t),
-    "rgb_to_luv": lambda t, o, s: kornia.color.rgb_to_luv(t),
-    "luv_to_rgb": lambda t, o, s: kornia.color.luv_to_rgb(t),
-    "hsv_to_rgb": lambda t, o, s: kornia.color.hsv_to_rgb(t),
+    "rgb_to_hsv": lambda t, o, s, m: kornia.color.rgb_to_hsv(t),
+    "gaussian_blur2d": lambda t, o, s, m: kornia.filters.gaussian_blur2d(t, (11, 11), (1.5, 1.5)),
+    "gaussian_blur2d per-image sigma": lambda t, o, s, m: kornia.filters.gaussian_blur2d(t, (7, 9), s),
+    "ssim": lambda t, o, s, m: kornia.metrics.ssim(t, o, 11),
+    "equalize": lambda t, o, s, m: kornia.enhance.equalize(t),
+    "box_blur": lambda t, o, s, m: kornia.filters.box_blur(t, (9, 9)),
+    "sobel": lambda t, o, s, m: kornia.filters.sobel(t),
+    "sobel 0-255 unnormalized": lambda t, o, s, m: kornia.filters.sobel(t, normalized=False),
+    "rgb_to_lab": lambda t, o, s, m: kornia.color.rgb_to_lab(t),
+    "lab_to_rgb": lambda t, o, s, m: kornia.color.lab_to_rgb(t),
+    "rgb_to_luv": lambda t, o, s, m: kornia.color.rgb_to_luv(t),
+    "luv_to_rgb": lambda t, o, s, m: kornia.color.luv_to_rgb(t),
+    "hsv_to_rgb": lambda t, o, s, m: kornia.color.hsv_to_rgb(t),
+    # warps with per-image parameters (sliced with their image): s[:, :1] as angles, and matrices
+    "rotate": lambda t, o, s, m: kornia.geometry.transform.rotate(t, s[:, 0]),
+    "warp_affine": lambda t, o, s, m: kornia.geometry.transform.warp_affine(t, m[:, :2], (50, 60)),
+    "warp_perspective": lambda t, o, s, m: kornia.geometry.transform.warp_perspective(t, m, (50, 60)),
 }
+
+
+def _matrices(sigma):
+    """Per-image 3x3 matrices (float32) from the (B, 2) parameters: a shear, a shift, a little
+    perspective."""
+    one = torch.ones_like(sigma[:, 0])
+    rows = [torch.stack([one * 0.9, sigma[:, 1] * 0.1, sigma[:, 0] * 3], -1),
+            torch.stack([sigma[:, 0] * -0.1, one, one * 2.5], -1),
+            torch.stack([one * 1e-3, one * 0.0, one], -1)]
+    return torch.stack(rows, 1)
 # The inverse conversions take an image of their own space (made in float32, then rounded).
 SPACE_OF = {"lab_to_rgb": "rgb_to_lab", "luv_to_rgb": "rgb_to_luv", "hsv_to_rgb": "rgb_to_hsv"}
 
@@ -190,11 +204,12 @@ def test_an_evaluated_half_call_is_the_release_float32_narrowed_bitwise(name, dt
     x = x.to(dtype)
     other = (_gray_and_color(seed=9) * 0.9).to(dtype)
     sigma = torch.tensor([[1.5, 1.5], [2.0, 1.0], [0.8, 3.0]]).to(dtype)
+    matrices = _matrices(sigma.float()).to(dtype)
     call = EVALUATED[name]
     with testing.isolated(only=()):
-        expected = call(x.float(), other.float(), sigma.float()).to(dtype)
-    with testing.isolated(only=ONLY, cpu_half=mode):
-        got = call(x, other, sigma)
+        expected = call(x.float(), other.float(), sigma.float(), matrices.float()).to(dtype)
+    with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling"], cpu_half=mode):
+        got = call(x, other, sigma, matrices)
     assert got.dtype == dtype and got.shape == expected.shape
     assert bitwise_equal(got, expected), name
 
