@@ -55,6 +55,19 @@ def test_float32_evaluation_layout_is_bitwise_torchs_convolution(kernel, groups_
     assert got.is_contiguous() and bitwise_equal(got, expected)
 
 
+@pytest.mark.parametrize("shape", [(4, 1, 2), (6, 1, 3), (2, 3, 6)], ids=str)
+def test_several_kernels_per_plane_are_bitwise_torchs_convolution(shape):
+    """spatial_gradient's (B*C, 1, H, W) planes with 2 (or 3) derivative kernels: regrouped as
+    (1, B*C) planes of k kernels each, the same sums."""
+    batch, channels, outputs = shape
+    x = image(batch, channels, 48)
+    w = torch.rand(outputs, 1, 3, 3, generator=torch.Generator().manual_seed(2))
+    expected = F.conv2d(x, w, None, 1, 0, 1, channels)
+    with _precision.FLOAT32_EVALUATION:
+        got = depthwise_at_scale(F.conv2d, x, w, None, 1, 0, 1, channels)
+    assert got.is_contiguous() and bitwise_equal(got, expected)
+
+
 def test_a_float32_call_outside_an_evaluation_is_torchs_own():
     x = image(1, 3, 40)
     w = torch.rand(3, 1, 5, 5)

@@ -166,15 +166,16 @@ def conv2d(
 
 
 def depthwise_on_cpu(input: torch.Tensor, weight: torch.Tensor, groups: int) -> bool:
-    """A CPU convolution with one input channel per group, one output per group (filter2d,
-    filter3d's 2-D cousins, box_blur, sobel, the pyramids, SSIM's windows): kornia's filters."""
+    """A CPU convolution with one input channel per group and a whole number of outputs per group
+    (filter2d, box_blur, the pyramids, SSIM's windows: one; spatial_gradient's one-channel planes
+    with their 2 or 3 derivative kernels): kornia's filters."""
     return (
         input.device.type == "cpu"
         and input.dim() == 4
         and weight.dim() == 4
         and weight.shape[1] == 1
-        and weight.shape[0] == groups
         and input.shape[1] == groups
+        and weight.shape[0] % groups == 0
     )
 
 
@@ -214,12 +215,13 @@ def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor,
         compute = torch.float32 if dtype in _float32_mode_dtypes() else dtype
     else:
         return original(input, weight, bias, stride, padding, dilation, groups)
-    batch = input.shape[0]
+    batch, outputs = input.shape[0], weight.shape[0]
     if groups == 1 and batch > 1:
-        # (N, 1, H, W) as (1, N, H, W): N depthwise channels with the same kernel.
+        # (N, 1, H, W) with k kernels as (1, N, H, W) in N groups of the same k kernels: the same
+        # per-pixel sums (spatial_gradient convolves its (B*C, 1, H, W) planes with 2 kernels).
         input = input.transpose(0, 1)
-        weight = weight.expand(batch, 1, weight.shape[2], weight.shape[3])
-        bias = None if bias is None else bias.expand(batch)
+        weight = weight.repeat(batch, 1, 1, 1)
+        bias = None if bias is None else bias.repeat(batch)
         groups = batch
         regrouped = True
     else:
@@ -232,7 +234,8 @@ def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor,
     out = original(wide, weight.to(compute), None if bias is None else bias.to(compute), stride, padding, dilation, groups)
     del wide
     if regrouped:
-        out = out.transpose(0, 1)
+        out = out.view(outputs, batch, out.shape[2], out.shape[3]).transpose(0, 1) if outputs == 1 else \
+            out.reshape(batch, outputs, out.shape[2], out.shape[3])
     result = out.to(dtype=dtype, memory_format=torch.contiguous_format)
     # A size-1 dimension leaves .to() a non-contiguous view (the regrouped batch, transposed back).
     return result if result.is_contiguous() else result.contiguous()
