@@ -46,7 +46,7 @@ from torch._jit_internal import BroadcastingList2
 
 from .. import _options as options_manifest
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
-from .._precision import autocast_half, autocast_off, autocast_on, in_float32_evaluation
+from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, autocast_on, in_float32_evaluation
 from .._torch_compat import cpu_capabilities, is_compiling
 
 HANG = options_manifest.FILTERS_CONV_HANG  # KORNIA_HALFPATCH_FILTERS_CONV_HANG: auto, on, off
@@ -159,7 +159,10 @@ def conv2d(
             # with autocast off, narrowed to float16 as autocast returns it.
             with autocast_off(input.device.type):
                 return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups).to(torch.float16)
-        if {at_scale} and not is_compiling() and depthwise_on_cpu(input, weight, groups):
+        # A user's float32 call pays one dtype test and one thread-local read here.
+        if {at_scale} and not is_compiling() and (input.dtype == torch.float16 or input.dtype == torch.bfloat16
+                                                   or FLOAT32_EVALUATION.depth > 0) \
+                and depthwise_on_cpu(input, weight, groups):
             return depthwise_at_scale(_halfpatch_original, input, weight, bias, stride, padding, dilation, groups)
     return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups)
 """
@@ -271,6 +274,7 @@ def build_conv2d(original: Any) -> Any:
                  "hang_prone_conv": hang_prone_conv, "hang_prone_under_autocast": hang_prone_under_autocast,
                  "autocast_on": autocast_on, "autocast_off": autocast_off, "_halfpatch_original": original,
                  "is_compiling": is_compiling, "depthwise_on_cpu": depthwise_on_cpu,
+                 "FLOAT32_EVALUATION": FLOAT32_EVALUATION,
                  "depthwise_at_scale": depthwise_at_scale}
     conv2d = define(source, "conv2d", namespace, "filters_conv_hang torch.nn.functional:conv2d")
     conv2d.__doc__ = original.__doc__
