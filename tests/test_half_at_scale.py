@@ -56,6 +56,23 @@ def test_float32_evaluation_layout_is_bitwise_torchs_convolution(kernel, groups_
 
 
 @pytest.mark.parametrize("shape", [(4, 1, 2), (6, 1, 3), (2, 3, 6)], ids=str)
+def test_a_wanted_gradient_keeps_torchs_own_convolution():
+    """Inside a float32 evaluation too: gradients are held to the release's, and channels-last
+    backward rounds otherwise on torch 2.1 (SIFT's image gradient, measured)."""
+    x = image(1, 3, 40).requires_grad_()
+    w = torch.rand(3, 1, 5, 5)
+    calls = []
+
+    def original(*args):
+        calls.append(args[0])
+        return F.conv2d(*args)
+
+    with _precision.FLOAT32_EVALUATION:
+        depthwise_at_scale(original, x, w, None, 1, 0, 1, 3)
+    assert calls[0] is x
+
+
+@pytest.mark.parametrize("shape", [(4, 1, 2), (6, 1, 3), (2, 3, 6)], ids=str)
 def test_several_kernels_per_plane_are_bitwise_torchs_convolution(shape):
     """spatial_gradient's (B*C, 1, H, W) planes with 2 (or 3) derivative kernels: regrouped as
     (1, B*C) planes of k kernels each, the same sums."""

@@ -205,9 +205,11 @@ def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor,
     baseline and on torch 2.1, channels-last depthwise float32 convolutions of two or more
     channels are bitwise the NCHW ones (kernels 1x11 to 63x63, measured), so the float32 evaluation
     is the release's there; one channel in channels-last strides is not (15x15), and is left to
-    torch's own call. Under autocast, and for a user's
+    torch's own call. Where a gradient is wanted, and under autocast, and for a user's
     float32 or float64 call, this is torch's own convolution, untouched."""
-    if autocast_on(input):
+    if autocast_on(input) or (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)):
+        # A gradient keeps torch's own layout: the channels-last backward rounds otherwise on
+        # torch 2.1 (SIFT's image gradient, measured), and gradients are held to the release's.
         return original(input, weight, bias, stride, padding, dilation, groups)
     dtype = input.dtype
     if dtype == torch.float32 and weight.dtype == torch.float32:
