@@ -55,7 +55,6 @@ def test_float32_evaluation_layout_is_bitwise_torchs_convolution(kernel, groups_
     assert got.is_contiguous() and bitwise_equal(got, expected)
 
 
-@pytest.mark.parametrize("shape", [(4, 1, 2), (6, 1, 3), (2, 3, 6)], ids=str)
 def test_a_wanted_gradient_keeps_torchs_own_convolution():
     """Inside a float32 evaluation too: gradients are held to the release's, and channels-last
     backward rounds otherwise on torch 2.1 (SIFT's image gradient, measured)."""
