@@ -745,10 +745,12 @@ def _promote_plan(
         if items is not None or rules not in (None, [NARROW]) or classify(result) != TENSOR:
             raise UnsupportedSignature(f"{function.__qualname__}: a cheaper evaluation takes one narrowed tensor result")
         names.set("_halfpatch_evaluate", "evaluate", evaluate, _load_reference(evaluate))
+        # Not while torch.jit.trace records: a trace keeps the tiles of the traced shape.
         evaluated = (
-            f"                    _halfpatch_out = _halfpatch_evaluate(_halfpatch_original, _halfpatch_dtype, {plain_call})\n"
-            f"                    if _halfpatch_out is not None:\n"
-            f"                        return _halfpatch_out\n"
+            f"                    if not torch.jit.is_tracing():\n"
+            f"                        _halfpatch_out = _halfpatch_evaluate(_halfpatch_original, _halfpatch_dtype, {plain_call})\n"
+            f"                        if _halfpatch_out is not None:\n"
+            f"                            return _halfpatch_out\n"
         )
     if half_inputs:
         # Under autocast a kornia function's float32 computation returns float32, as autocast's

@@ -211,9 +211,11 @@ def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor,
     is the release's there; one channel in channels-last strides is not (15x15), and is left to
     torch's own call. Where a gradient is wanted, and under autocast, and for a user's
     float32 or float64 call, this is torch's own convolution, untouched."""
-    if autocast_on(input) or (torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)):
+    if autocast_on(input) or torch.jit.is_tracing() or (
+            torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad)):
         # A gradient keeps torch's own layout: the channels-last backward rounds otherwise on
         # torch 2.1 (SIFT's image gradient, measured), and gradients are held to the release's.
+        # So does a trace, which may replay with inputs that want one.
         return original(input, weight, bias, stride, padding, dilation, groups)
     dtype = input.dtype
     if dtype == torch.float32 and weight.dtype == torch.float32:
