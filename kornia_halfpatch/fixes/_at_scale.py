@@ -17,6 +17,7 @@ which leaves the call to the widened original.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Optional
 
@@ -85,41 +86,135 @@ def rgb_to_hsv(original: Any, dtype: torch.dtype, image: Any, eps: float = 1e-8)
 
 
 def _image(value: Any, index: int, batch: int) -> Any:
-    """An argument for image ``index`` alone: a tensor of the batch's size sliced to it, widened
-    if half; a tensor of batch 1 (or none) widened whole; anything else as given."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    if value.dim() > 0 and value.shape[0] == batch:
-        value = value[index : index + 1]
-    return value.float() if value.dtype in (torch.float16, torch.bfloat16) else value
+    """An argument for image ``index`` alone: a tensor of the batch's size sliced to it; anything
+    else (a tensor of batch 1, a number) as given. Not widened yet: a band of it may be."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch:
+        return value[index : index + 1]
+    return value
 
 
-def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
-    """A function that treats each image of a batch alone (a filter, SSIM's map, a per-image
-    histogram equalisation): the release's float32 function on one widened image at a time,
-    each result narrowed straight into the half output. Per image the float32 operations are
-    the release's (the depthwise convolutions sum each output pixel in the same order for one
-    image as for a batch: tested), and only one image's float32 temporaries are alive at once.
-    Every tensor argument of the batch's size is sliced with the image (``gaussian_blur2d``'s
-    per-image sigmas, ``ssim``'s second image)."""
+def _widened(value: Any) -> Any:
+    return value.float() if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16) else value
+
+
+def _rows(value: Any, plane: Any, start: int, stop: int) -> Any:
+    """A tensor of the image's own plane (the image, SSIM's second image) cut to rows
+    ``start:stop``; anything else as given."""
+    if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[-2:] == plane:
+        return value[..., start:stop, :]
+    return value
+
+
+# Pixels per band of a large image: a float32 band of 3 channels is 12 MiB, so the release's
+# dozen band-sized temporaries stay far below the half image itself (1x3x4096x4096: 96 MiB).
+BAND_PIXELS = 1 << 20
+
+
+def _bands(height: int, width: int, reach: Optional[int]) -> list:
+    """(start, stop) rows of the output bands of one image, or one band when the image is small
+    or the filter's reach is unknown. Each band's input takes ``reach`` more rows on each side
+    (a halo), so every kept output row sees exactly the input rows the whole image gives it."""
+    if reach is None or height * width <= BAND_PIXELS:
+        return [(0, height)]
+    kept = max(BAND_PIXELS // max(width, 1), 4 * reach)
+    if kept + 2 * reach >= height:
+        return [(0, height)]
+    return [(start, min(start + kept, height)) for start in range(0, height, kept)]
+
+
+def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
+                reach: Optional[int] = None) -> Optional[torch.Tensor]:
     image = arguments[0] if arguments else None
-    if not isinstance(image, torch.Tensor) or image.dim() < 4 or image.shape[0] < 2:
+    if not isinstance(image, torch.Tensor) or image.dim() < 4 or image.numel() == 0:
         return None
     tensors = [v for v in list(arguments) + list(keywords.values()) if isinstance(v, torch.Tensor)]
     if _wants_gradient(*tensors):
         return None
-    batch = image.shape[0]
+    batch, plane = image.shape[0], tuple(image.shape[-2:])
+    bands = _bands(plane[0], plane[1], reach)
+    if batch < 2 and len(bands) == 1:
+        return None  # nothing to split: the widened original
     out: Optional[torch.Tensor] = None
     for index in range(batch):
-        result = original(*(_image(a, index, batch) for a in arguments),
-                          **{k: _image(v, index, batch) for k, v in keywords.items()})
-        if not isinstance(result, torch.Tensor) or result.dim() == 0 or result.shape[0] != 1:
-            return None  # not a per-image result after all: the widened original decides
-        if out is None:
-            out = torch.empty((batch,) + tuple(result.shape[1:]), dtype=dtype, device=result.device)
-        out[index : index + 1] = result
-        del result
+        own_arguments = [_image(a, index, batch) for a in arguments]
+        own_keywords = {k: _image(v, index, batch) for k, v in keywords.items()}
+        for start, stop in bands:
+            first, last = max(start - (reach or 0), 0), min(stop + (reach or 0), plane[0])
+            result = original(*(_widened(_rows(a, plane, first, last)) for a in own_arguments),
+                              **{k: _widened(_rows(v, plane, first, last)) for k, v in own_keywords.items()})
+            if not isinstance(result, torch.Tensor) or result.dim() < 2 or result.shape[0] != 1:
+                return None  # not a per-image result after all: the widened original decides
+            if len(bands) > 1 and result.shape[-2] != last - first:
+                return None  # not row for row (a valid-padded map): the widened original decides
+            if out is None:
+                size = plane[0] if len(bands) > 1 else result.shape[-2]
+                out = torch.empty((batch,) + tuple(result.shape[1:-2]) + (size, result.shape[-1]), dtype=dtype,
+                                  device=result.device)
+            if len(bands) == 1:
+                out[index : index + 1] = result
+            else:
+                out[index : index + 1, ..., start:stop, :] = result[..., start - first : stop - first, :]
+            del result
     return out
+
+
+def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """A function that treats each image of a batch alone (a filter, SSIM's map, a per-image
+    histogram equalisation, a warp): the release's float32 function on one widened image at a
+    time, each result narrowed straight into the half output. Per image the float32 operations
+    are the release's (the depthwise convolutions sum each output pixel in the same order for one
+    image as for a batch: tested), and only one image's float32 temporaries are alive at once.
+    Every tensor argument of the batch's size is sliced with the image (``gaussian_blur2d``'s
+    per-image sigmas, ``ssim``'s second image, a warp's matrices)."""
+    return _each_image(original, dtype, arguments, keywords)
+
+
+def _bound(original: Any, arguments: tuple, keywords: dict) -> Optional[dict]:
+    try:
+        bound = inspect.signature(original).bind(*arguments, **keywords)
+    except (TypeError, ValueError):
+        return None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _largest(size: Any) -> Optional[int]:
+    sizes = (size,) if isinstance(size, int) else tuple(size) if isinstance(size, (tuple, list)) else ()
+    if not sizes or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in sizes):
+        return None
+    return max(sizes)
+
+
+# A local filter's output row at r reads input rows r - k/2 .. r + k/2 (k its kernel's height);
+# the bands' halo is the whole kernel height, more than enough for odd and even kernels. A
+# circular border wraps a band onto its own far rows instead of the image's: never banded.
+def filter_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """``gaussian_blur2d``, ``box_blur``: image by image, and a large image (1x3x4096x4096) band
+    by band of rows with a halo of the kernel's height. Each kept output pixel is computed from
+    the same input pixels in the same order as on the whole image (full-width rows: the
+    convolutions vectorise along a row), so the result is the release's float32 result narrowed,
+    bit for bit (tested)."""
+    bound = _bound(original, arguments, keywords) if arguments and isinstance(arguments[0], torch.Tensor) else None
+    reach = None
+    if bound is not None and bound.get("border_type", "reflect") != "circular":
+        reach = _largest(bound.get("kernel_size"))
+    return _each_image(original, dtype, arguments, keywords, reach)
+
+
+def ssim_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """``ssim`` with 'same' padding: its map is five Gaussian-filtered planes combined per pixel,
+    so bands of rows with a halo of the window's height give each pixel the release's value."""
+    bound = _bound(original, arguments, keywords) if len(arguments) > 1 else None
+    reach = None
+    if bound is not None and bound.get("padding", "same") == "same":
+        reach = _largest(bound.get("window_size"))
+    return _each_image(original, dtype, arguments, keywords, reach)
+
+
+def sobel_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """``sobel``: 3x3 gradients (replicated border) and their magnitude per pixel; a halo of 3
+    rows covers them."""
+    return _each_image(original, dtype, arguments, keywords, 3)
 
 
 def per_pixel(original: Any, dtype: torch.dtype, image: Any, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:

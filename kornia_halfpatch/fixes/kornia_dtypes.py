@@ -38,6 +38,8 @@ _row = table(Promote, optional=True)
 # A half batch evaluated image by image (fixes/_at_scale.py): one image's float32 temporaries at
 # a time, each narrowed straight into the output.
 PER_IMAGE = f"{__package__}._at_scale:per_image"
+# The same for local filters, and a large image (1x3x4096x4096) band by band of rows with a halo.
+FILTER_IN_BANDS = f"{__package__}._at_scale:filter_in_bands"
 # A half image evaluated tile by tile of pixels (colour conversions: each pixel's channels alone).
 PER_PIXEL = f"{__package__}._at_scale:per_pixel"
 
@@ -166,7 +168,7 @@ ROWS = (
     # metrics and losses
     _row("kornia.metrics.ssim:ssim",
          "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32 "
-         "(image by image)", evaluate=PER_IMAGE),
+         "(image by image, a large one in bands of rows)", evaluate=f"{__package__}._at_scale:ssim_in_bands"),
     _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32"),
     _row("kornia.metrics.ssim3d:ssim3d",
          "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
@@ -198,16 +200,18 @@ ROWS = (
     _row("kornia.filters.gaussian:gaussian_blur2d",
          "the Gaussian kernel rounded to half, and the separable passes each rounded: 1.5x (float16) / 2.3x "
          "(bfloat16) the error of the float32 blur rounded once, separable and full kernels disagree by an ulp "
-         "(0.9.0: 1.00); in float32, image by image (ssim, canny, unsharp_mask and the pyramids call it)",
-         evaluate=PER_IMAGE),
+         "(0.9.0: 1.00); in float32, image by image, a large one in bands of rows (ssim, canny, unsharp_mask "
+         "and the pyramids call it)",
+         evaluate=FILTER_IN_BANDS),
     _row("kornia.filters.blur:box_blur",
          "the box kernel 1/(kh kw) is cast to the image's dtype (1/81 is inexact in half) before the half "
          "convolution: 1.1x (float16) / 1.2-2.1x (bfloat16) the error of the float32 blur rounded once; in float32, "
-         "image by image", evaluate=PER_IMAGE),
+         "image by image, a large one in bands of rows", evaluate=FILTER_IN_BANDS),
     _row("kornia.filters.sobel:sobel",
          "the magnitude sqrt(gx^2 + gy^2 + eps) of half gradients: the squares overflow float16 past 256 (0-255 "
          "images with normalized=False: Inf) and the magnitude is 1.4x (2.4x bfloat16 on 0-255 images) the error "
-         "of the float32 filter rounded once; in float32, image by image", evaluate=PER_IMAGE),
+         "of the float32 filter rounded once; in float32, image by image, a large one in bands of rows",
+         evaluate=f"{__package__}._at_scale:sobel_in_bands"),
     _row("kornia.enhance.jpeg:jpeg_codec_differentiable",
          "YCbCr conversion, 8x8 DCT and the soft quantisation in half: 32x (float16) / 23x (bfloat16) the "
          "ideal error, worst pixel 0.12 (0.9.0: 1.00); in float32"),
