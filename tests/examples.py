@@ -1183,18 +1183,56 @@ def lightglue_call(dtype: torch.dtype) -> Tuple[object, ...]:
                   "image1": {"keypoints": k0 + 1, "descriptors": d1, "image_size": size}})
 
 
-def dedode_detector_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """DeDoDe's L detector, a (1, 3, 32, 32) image."""
+_SEEDED_BUILDS: Dict[object, Tuple[Dict[str, torch.Tensor], torch.Tensor]] = {}
+
+
+def seeded_network(key: object, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+    """``build()`` after ``torch.manual_seed(0)``: the first time for real, then the same module
+    built on the meta device and given the first build's weights, the global generator left where
+    the real build leaves it (the random initialisation is most of a large network's build: DeDoDe
+    L's VGG19, classifier included, takes 1.4 s of it, each test builds it several times). A module
+    holding a tensor outside its state dict (a non-persistent buffer, a plain attribute) is always
+    built for real."""
+    known = _SEEDED_BUILDS.get(key)
+    if known is not None:
+        state, generator_state = known
+        with torch.device("meta"):
+            net = build()
+        net = net.to_empty(device="cpu")
+        net.load_state_dict(state)
+        torch.set_rng_state(generator_state)
+        return net
+    torch.manual_seed(0)
+    net = build()
+    state = net.state_dict()
+    plain_tensors = [
+        name for module in net.modules() for name, value in vars(module).items() if isinstance(value, torch.Tensor)
+    ]
+    if not plain_tensors and len(state) == len(list(net.parameters())) + len(list(net.buffers())):
+        _SEEDED_BUILDS[key] = ({name: tensor.clone() for name, tensor in state.items()}, torch.get_rng_state())
+    return net
+
+
+def dedode_detector(amp_dtype: torch.dtype = torch.float16) -> torch.nn.Module:
+    """DeDoDe's L detector with seeded random weights (its encoder is a VGG19)."""
     import kornia.feature.dedode.dedode_models as models
 
-    torch.manual_seed(0)
-    net = models.get_detector("L", torch.float16).eval().to(dtype)
+    return seeded_network(("DeDoDe L", amp_dtype), lambda: models.get_detector("L", amp_dtype))
+
+
+def dedode_detector_call(dtype: torch.dtype) -> Tuple[object, ...]:
+    """DeDoDe's L detector, a (1, 3, 32, 32) image."""
+    net = dedode_detector().eval().to(dtype)
     return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(42), 1, 3, 32, 32))
 
 
 def defmo_rendering_call(dtype: torch.dtype) -> Tuple[object, ...]:
-    """DeFMO's rendering network on a (1, 2048, 2, 2) latent."""
+    """DeFMO's rendering network on a (1, 2048, 2, 2) latent, 4 time steps rendered instead of 24
+    (its times, a plain float32 attribute as the release makes it, are what the row is about; each
+    step is a 2049-channel convolution)."""
     net = _module_of("kornia.feature.defmo:RenderingDeFMO", dtype)
+    net.tsr_steps = 4
+    net.times = torch.linspace(0, 1, 4)
     return (net,) + _in(dtype, _rand(torch.Generator().manual_seed(43), 1, 2048, 2, 2))
 
 
