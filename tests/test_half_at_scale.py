@@ -233,10 +233,14 @@ def _matrices(sigma):
 SPACE_OF = {"lab_to_rgb": "rgb_to_lab", "luv_to_rgb": "rgb_to_luv", "hsv_to_rgb": "rgb_to_hsv"}
 
 
+@pytest.mark.parametrize("images_per_call", [1, 2])  # three images: one call each; two calls
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(EVALUATED))
-def test_an_evaluated_half_call_is_the_release_float32_narrowed_bitwise(name, dtype, mode):
+def test_an_evaluated_half_call_is_the_release_float32_narrowed_bitwise(name, dtype, mode, images_per_call, monkeypatch):
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "images_per_call", lambda: images_per_call)
     x = _gray_and_color()
     if name in SPACE_OF:
         with testing.isolated(only=()):
@@ -287,9 +291,10 @@ def test_the_rows_wrappers_hold_their_evaluation():
         assert gaussian.gaussian_blur2d.__globals__["_halfpatch_evaluate"] is _at_scale.filter_in_bands
 
 
-def test_per_image_calls_the_original_once_per_widened_image():
+def test_per_image_calls_the_original_once_per_widened_image(monkeypatch):
     from kornia_halfpatch.fixes import _at_scale
 
+    monkeypatch.setattr(_at_scale, "images_per_call", lambda: 1)
     seen = []
 
     def original(x, sigma, scale):
@@ -304,6 +309,34 @@ def test_per_image_calls_the_original_once_per_widened_image():
     # one image, or a wanted gradient: left to the widened original (None)
     assert _at_scale.per_image(original, torch.float16, x[:1], sigma[:1], scale=0.5) is None
     assert _at_scale.per_image(original, torch.float16, x.requires_grad_(), sigma, scale=0.5) is None
+
+
+def test_per_image_calls_the_original_on_as_many_images_as_torch_has_threads(monkeypatch):
+    """grid_sample shares its work among threads by image: a warp takes as many images per float32
+    call as there are threads, the last call the rest."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    seen = []
+
+    def original(x, sigma):
+        seen.append((tuple(x.shape), tuple(sigma.shape)))
+        return x * sigma.view(-1, 1, 1, 1)
+
+    x = image(5, 2, 8).half()
+    sigma = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float16)
+    expected = (x.float() * sigma.float().view(-1, 1, 1, 1)).half()
+    monkeypatch.setattr(_at_scale, "images_per_call", lambda: 2)
+    out = _at_scale.per_image(original, torch.float16, x, sigma)
+    assert seen == [((2, 2, 8, 8), (2,)), ((2, 2, 8, 8), (2,)), ((1, 2, 8, 8), (1,))]
+    assert bitwise_equal(out, expected)
+    assert _at_scale.per_image(original, torch.float16, x[:2], sigma[:2]) is None  # one call: the widened original
+    previous = torch.get_num_threads()
+    monkeypatch.undo()
+    try:
+        torch.set_num_threads(3)
+        assert _at_scale.images_per_call() == 3
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_a_gradient_takes_the_release_float32_graph():
