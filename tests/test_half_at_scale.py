@@ -294,7 +294,7 @@ def test_the_rows_wrappers_hold_their_evaluation():
 def test_per_image_calls_the_original_once_per_widened_image(monkeypatch):
     from kornia_halfpatch.fixes import _at_scale
 
-    monkeypatch.setattr(_at_scale, "images_per_call", lambda: 1)
+    monkeypatch.setattr(_at_scale, "images_per_call", lambda: 2)  # a histogram equalisation: one image per call
     seen = []
 
     def original(x, sigma, scale):
@@ -311,7 +311,7 @@ def test_per_image_calls_the_original_once_per_widened_image(monkeypatch):
     assert _at_scale.per_image(original, torch.float16, x.requires_grad_(), sigma, scale=0.5) is None
 
 
-def test_per_image_calls_the_original_on_as_many_images_as_torch_has_threads(monkeypatch):
+def test_a_warp_calls_the_original_on_as_many_images_as_torch_has_threads(monkeypatch):
     """grid_sample shares its work among threads by image: a warp takes as many images per float32
     call as there are threads, the last call the rest."""
     from kornia_halfpatch.fixes import _at_scale
@@ -326,10 +326,10 @@ def test_per_image_calls_the_original_on_as_many_images_as_torch_has_threads(mon
     sigma = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float16)
     expected = (x.float() * sigma.float().view(-1, 1, 1, 1)).half()
     monkeypatch.setattr(_at_scale, "images_per_call", lambda: 2)
-    out = _at_scale.per_image(original, torch.float16, x, sigma)
+    out = _at_scale.per_thread_images(original, torch.float16, x, sigma)
     assert seen == [((2, 2, 8, 8), (2,)), ((2, 2, 8, 8), (2,)), ((1, 2, 8, 8), (1,))]
     assert bitwise_equal(out, expected)
-    assert _at_scale.per_image(original, torch.float16, x[:2], sigma[:2]) is None  # one call: the widened original
+    assert _at_scale.per_thread_images(original, torch.float16, x[:2], sigma[:2]) is None  # one call: the widened original
     previous = torch.get_num_threads()
     monkeypatch.undo()
     try:

@@ -95,10 +95,11 @@ def _image(value: Any, index: int, batch: int, count: int = 1) -> Any:
 
 
 def images_per_call() -> int:
-    """Images per float32 call of a per-image evaluation: as many as torch has threads. torch's CPU
+    """Images per float32 call of a warp's evaluation: as many as torch has threads. torch's CPU
     ``grid_sample`` shares its work among threads by image: one image at a time on 2 threads took
     4x3x2048x2048 ``rotate`` 0.86 s against the whole batch's 0.52 s (AVX2, measured), two at a
-    time keeps both threads busy with half the batch's float32 workspace."""
+    time keeps both threads busy with half the batch's float32 workspace. (A histogram
+    equalisation gains nothing from it and holds more: one image per call.)"""
     return max(1, torch.get_num_threads())
 
 
@@ -169,11 +170,18 @@ def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: d
 
 
 def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
-    """A function that treats each image of a batch alone (a per-image histogram equalisation, a
-    warp): the release's float32 function on a few widened images at a time (``images_per_call``),
-    each result narrowed straight into the half output. Per image the float32 operations are the
-    release's (tested), and only those images' float32 temporaries are alive at once. Every tensor
-    argument of the batch's size is sliced with the images (a warp's matrices, angles)."""
+    """A function that treats each image of a batch alone (a per-image histogram equalisation):
+    the release's float32 function on one widened image at a time, each result narrowed straight
+    into the half output. Per image the float32 operations are the release's (tested), and only
+    one image's float32 temporaries are alive at once. Every tensor argument of the batch's size
+    is sliced with the image."""
+    return _each_image(original, dtype, arguments, keywords)
+
+
+def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """A warp (``warp_affine``, ``warp_perspective``, ``rotate``): as ``per_image``, on as many
+    images per float32 call as torch has threads (``images_per_call``), the matrices and angles
+    sliced with them."""
     return _each_image(original, dtype, arguments, keywords, count=images_per_call())
 
 
