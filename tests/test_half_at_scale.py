@@ -339,6 +339,78 @@ def test_a_warp_calls_the_original_on_as_many_images_as_torch_has_threads(monkey
         torch.set_num_threads(previous)
 
 
+def _every_half_value(dtype, seed):
+    """A plane holding every value of ``dtype`` from 0 to 1 (and -0.0), each 0-3 times, shuffled,
+    padded with random values: every bit pattern the equalisation's table may meet."""
+    g = torch.Generator().manual_seed(seed)
+    one = int(torch.tensor(1.0, dtype=dtype).view(torch.int16))
+    patterns = torch.cat([torch.arange(one + 1, dtype=torch.int16), torch.tensor([-(1 << 15)], dtype=torch.int16)])
+    values = patterns.view(dtype).repeat_interleave(torch.randint(0, 4, (len(patterns),), generator=g))
+    side = int((3 * len(patterns)) ** 0.5) + 1
+    padding = torch.rand(side * side - len(values), generator=g).to(dtype)
+    plane = torch.cat([values, padding])
+    return plane[torch.randperm(len(plane), generator=g)].view(side, side)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_equalize_by_value_is_the_release_float32_narrowed_on_every_half_value(dtype, monkeypatch):
+    """The histogram counted per bit pattern and the release's float32 steps run once per distinct
+    value: every pixel bitwise the release's float32 result narrowed, on planes holding every half
+    value in [0, 1] and -0.0, a constant plane (the step is 0: w / 255), a plane of a few levels
+    (many ties), and every leading shape equalize takes; never left to the per-image evaluation."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "per_image", lambda *a, **k: pytest.fail("left to per_image"))
+    every = torch.stack([_every_half_value(dtype, seed) for seed in range(3)])
+    levels = (torch.randint(0, 5, every.shape[-2:], generator=torch.Generator().manual_seed(4)) / 4.0).to(dtype)
+    constant = torch.full(every.shape[-2:], 0.3, dtype=dtype)
+    batch = torch.stack([every, torch.stack([levels, constant, every[0]])])  # (2, 3, H, W)
+    for x in (batch, batch[0], batch[0, 0], batch.view(1, 2, 3, *batch.shape[-2:])):
+        with testing.isolated(only=()):
+            release_equalize = kornia.enhance.equalize
+            expected = release_equalize(x.float()).to(dtype)
+        got = _at_scale.equalize_by_value(release_equalize, dtype, x)
+        assert got.dtype == dtype and got.shape == expected.shape
+        assert bitwise_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_equalize_by_value_leaves_what_it_cannot_count_to_the_release(dtype, monkeypatch):
+    """Values past 1 or below 0 (the release raises its own ValueError), planes past float32's
+    integer grid of counts, and a release whose equalisation reads otherwise take ``per_image``,
+    the release's own code image by image."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    x = image(2, 3, 16).to(dtype) / 2
+    with testing.isolated(only=()):
+        release_equalize = kornia.enhance.equalize
+    for bad in (1.5, -0.25):
+        y = x.clone()
+        y[1, 2, 3, 4] = bad
+        with testing.isolated(only=()):
+            with pytest.raises(ValueError) as released:
+                kornia.enhance.equalize(y.float())
+        with pytest.raises(ValueError) as patched:
+            _at_scale.equalize_by_value(release_equalize, dtype, y)
+        assert str(patched.value) == str(released.value)
+
+    left = []
+    real_per_image = _at_scale.per_image
+    monkeypatch.setattr(_at_scale, "per_image", lambda *a, **k: left.append(1) or real_per_image(*a, **k))
+    with testing.isolated(only=()):
+        expected = kornia.enhance.equalize(x.float()).to(dtype)
+    monkeypatch.setattr(_at_scale, "_EXACT_COUNTS", 15 * 15)
+    assert bitwise_equal(_at_scale.equalize_by_value(release_equalize, dtype, x), expected)
+    assert left == [1]
+    monkeypatch.undo()
+    monkeypatch.setattr(_at_scale, "per_image", lambda *a, **k: left.append(2) or real_per_image(*a, **k))
+    reads_otherwise = dict(_at_scale._EQUALIZE_STATEMENTS, _scale_channel=("im = im * 256.0",))
+    monkeypatch.setattr(_at_scale, "_EQUALIZE_STATEMENTS", reads_otherwise)
+    monkeypatch.setattr(_at_scale, "_equalize_checked", {})
+    assert bitwise_equal(_at_scale.equalize_by_value(release_equalize, dtype, x), expected)
+    assert left == [1, 2]
+
+
 def test_a_gradient_takes_the_release_float32_graph():
     """A half input that wants a gradient is left to the widened original (the release's float32
     graph gives the gradient): the same gradient as the float32 call's, narrowed."""

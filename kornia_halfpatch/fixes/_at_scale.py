@@ -185,6 +185,107 @@ def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
     return _each_image(original, dtype, arguments, keywords, count=images_per_call())
 
 
+# The release's histogram equalisation, statement by statement (0.7.0-0.8.3: the same up to quotes
+# and annotations). ``equalize_by_value`` computes exactly these float32 operations, on each
+# distinct half value instead of each pixel; a release whose text differs keeps ``per_image``.
+_EQUALIZE_STATEMENTS = {
+    "equalize": ("_scale_channel(image[i, :, :]) for i in range(len(image))",),
+    "_scale_channel": (
+        "im = im * 255.0",
+        "histo = _torch_histc_cast(im, bins=256, min=0, max=255)",
+        "nonzero_histo = torch.reshape(histo[histo != 0], [-1])",
+        'step = torch.div(torch.sum(nonzero_histo) - nonzero_histo[-1], 255, rounding_mode="trunc")',
+        "if step == 0: result = im",
+        "result = torch.gather(_build_lut(histo, step), 0, im.flatten().long())",
+        "return result / 255.0",
+    ),
+    "_torch_histc_cast": ("return torch.histc(input.to(dtype), bins, min, max).to(input.dtype)",),
+}
+_equalize_checked: dict = {}
+
+
+def _normalised_source(function: Any) -> str:
+    return " ".join(inspect.getsource(function).replace("'", '"').split())
+
+
+def _release_equalize(original: Any) -> Optional[Any]:
+    """The release's ``_build_lut`` where its ``equalize`` is the one ``_EQUALIZE_STATEMENTS``
+    spells out, else None (checked once per function)."""
+    key = getattr(original, "__wrapped__", original)
+    if key not in _equalize_checked:
+        build_lut = None
+        try:
+            module = inspect.getmodule(key)
+            scale_channel = getattr(module, "_scale_channel")
+            functions = {"equalize": key, "_scale_channel": scale_channel,
+                         "_torch_histc_cast": scale_channel.__globals__["_torch_histc_cast"]}
+            if all(statement in _normalised_source(functions[name])
+                   for name, statements in _EQUALIZE_STATEMENTS.items() for statement in statements):
+                build_lut = scale_channel.__globals__["_build_lut"]
+        except (AttributeError, KeyError, OSError, TypeError):
+            build_lut = None
+        _equalize_checked[key] = build_lut
+    return _equalize_checked[key]
+
+
+# A plane whose histogram counts pass float32's integer grid (2^24) may be counted otherwise by
+# torch.histc than exactly here: such planes keep the release's evaluation.
+_EXACT_COUNTS = 1 << 24
+
+
+def equalize_by_value(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """``equalize``: per plane, the release maps each pixel through a function of its value and
+    of the plane's 256-bin histogram: ``w = x * 255`` (float32, exact for a half ``x``), then
+    ``lut[trunc(w)] / 255`` with the LUT built from the histogram (or ``w / 255`` where the step
+    is 0). A half plane has at most 2^16 distinct values, so here the histogram is summed from
+    the count of each bit pattern (the same integers: ``torch.histc`` puts every ``w`` of a
+    value in one bin, and bins grow with the value, so the bins of the sorted distinct values
+    are consecutive runs), the release's own ``_build_lut`` builds the LUT from it, and the
+    release's float32 operations run once per distinct value into a table of half results that
+    the pixels index. Every pixel is the release's float32 result narrowed, bit for bit (tested,
+    with planes holding every half value in [0, 1]). Negative values (but -0.0), values past 1,
+    NaN and planes of more than 2^24 pixels are left to ``per_image``: the release raises its
+    own errors on them."""
+    image = arguments[0] if len(arguments) == 1 and not keywords else None
+    if not isinstance(image, torch.Tensor) or image.dim() < 2 or image.numel() == 0 or _wants_gradient(image):
+        return per_image(original, dtype, *arguments, **keywords)
+    build_lut = _release_equalize(original)
+    height, width = image.shape[-2:]
+    if build_lut is None or height * width > _EXACT_COUNTS or image.dtype != dtype:
+        return per_image(original, dtype, *arguments, **keywords)
+    one = int(torch.tensor(1.0, dtype=dtype).view(torch.int16))
+    negative_zero = 1 << 15
+    # w of every bit pattern from 0 to 1.0, ascending, and of -0.0 last (torch.histc puts it with 0).
+    patterns = torch.cat([torch.arange(one + 1, dtype=torch.int16, device=image.device),
+                          torch.tensor([-negative_zero], dtype=torch.int16, device=image.device)]).view(dtype)
+    scaled = patterns.float() * 255.0
+    values_per_bin = torch.histc(scaled[:-1], bins=256, min=0, max=255).long()
+    ends = torch.cumsum(values_per_bin, 0)
+    starts = ends - values_per_bin
+    planes = image.reshape(-1, height * width)
+    out = torch.empty(planes.shape, dtype=dtype, device=image.device)
+    for plane, result in zip(planes, out):
+        index = plane.contiguous().view(torch.int16).to(torch.int32).bitwise_and_(0xFFFF)
+        counts = torch.bincount(index, minlength=1 << 16)
+        if bool(counts[one + 1 : negative_zero].any()) or bool(counts[negative_zero + 1 :].any()):
+            return per_image(original, dtype, *arguments, **keywords)
+        cumulative = torch.cat([counts.new_zeros(1), torch.cumsum(counts[: one + 1], 0)])
+        histo = (cumulative[ends] - cumulative[starts])
+        histo[0] += counts[negative_zero]
+        histo = histo.float()
+        nonzero_histo = torch.reshape(histo[histo != 0], [-1])
+        step = torch.div(torch.sum(nonzero_histo) - nonzero_histo[-1], 255, rounding_mode="trunc")
+        if step == 0:
+            values = scaled / 255.0
+        else:
+            values = torch.gather(build_lut(histo, step), 0, scaled.long()) / 255.0
+        table = torch.zeros(1 << 16, dtype=dtype, device=image.device)
+        table[: one + 1] = values[:-1]
+        table[negative_zero] = values[-1]
+        torch.index_select(table, 0, index, out=result)
+    return out.view(image.shape)
+
+
 def _bound(original: Any, arguments: tuple, keywords: dict) -> Optional[dict]:
     try:
         bound = inspect.signature(original).bind(*arguments, **keywords)

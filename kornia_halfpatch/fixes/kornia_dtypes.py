@@ -35,10 +35,9 @@ from .._precision import autocast_half, autocast_off, autocast_on, leave_autocas
 _row = table(Promote, optional=True)
 
 
-# A half batch evaluated image by image (fixes/_at_scale.py): one image's float32 temporaries at
-# a time, each narrowed straight into the output.
-PER_IMAGE = f"{__package__}._at_scale:per_image"
-# The same for local filters, and a large image (1x3x4096x4096) band by band of rows with a halo.
+# A half batch of local filters evaluated image by image (fixes/_at_scale.py), a large image
+# (1x3x4096x4096) band by band of rows with a halo: one band's float32 temporaries at a time, each
+# narrowed straight into the output.
 FILTER_IN_BANDS = f"{__package__}._at_scale:filter_in_bands"
 # A half image evaluated tile by tile of pixels (colour conversions: each pixel's channels alone).
 PER_PIXEL = f"{__package__}._at_scale:per_pixel"
@@ -164,7 +163,8 @@ ROWS = (
          "as histogram: epsilon=1e-10 is 0 in float16, a joint pdf of 0/0; in float32"),
     _row("kornia.enhance.adjust:equalize",
          "histogram counts pass float16's range (65504) on 256x256 images and its integer grid (2048) on "
-         "smaller ones: the histogram and CDF in float32 (image by image)", evaluate=PER_IMAGE),
+         "smaller ones: the histogram and CDF in float32 (once per distinct half value)",
+         evaluate=f"{__package__}._at_scale:equalize_by_value"),
     # metrics and losses
     _row("kornia.metrics.ssim:ssim",
          "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32 "
