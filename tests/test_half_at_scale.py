@@ -411,6 +411,116 @@ def test_equalize_by_value_leaves_what_it_cannot_count_to_the_release(dtype, mon
     assert left == [1, 2]
 
 
+# --------------------------------------------------------------------------------------------
+# The broadcast affine grid (fixes/_at_scale.py): stands in for torch's affine_grid only inside
+# the float32 evaluation of a large half warp, and only where it is torch's grid bit for bit.
+
+def _spy_broadcast(monkeypatch):
+    from kornia_halfpatch.fixes import _at_scale
+
+    calls = []
+    real = _at_scale.affine_grid_by_broadcast
+
+    def spy(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_at_scale, "affine_grid_by_broadcast", spy)
+    return calls
+
+
+def test_the_broadcast_grid_is_torchs_wherever_the_probe_says_so():
+    """Where the probe finds the broadcast grid equal to torch's (its matmul rounds x*t0 + y*t1,
+    then + t2), it is equal on other sizes and matrices too; where it does not, no evaluation
+    enters the mode."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    if not _at_scale.broadcast_grid_is_torchs(F.affine_grid):
+        assert not isinstance(_at_scale.broadcast_affine_grids(1 << 20), _at_scale._BroadcastAffineGrids)
+        return
+    g = torch.Generator().manual_seed(7)
+    for batch, height, width in ((1, 2, 2), (4, 61, 333), (2, 700, 129)):
+        theta = torch.randn(batch, 2, 3, generator=g) * torch.tensor([1.0, 1.0, 0.3])
+        for align_corners in (True, False):
+            size = [batch, 3, height, width]
+            assert bitwise_equal(_at_scale.affine_grid_by_broadcast(theta, size, align_corners),
+                                 F.affine_grid(theta, size, align_corners=align_corners))
+
+
+def test_the_grid_probe_refuses_a_grid_rounded_otherwise(monkeypatch):
+    """A broadcast grid that rounds in another order (x*t0 + (y*t1 + t2)) is not torch's: the probe
+    says no, and so does a probe that fails."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    def other_order(theta, size, align_corners):
+        xs = _at_scale._neg_one_to_one(size[3], align_corners, theta)
+        ys = _at_scale._neg_one_to_one(size[2], align_corners, theta)[:, None]
+        planes = [theta[:, k, 0, None, None] * xs + (theta[:, k, 1, None, None] * ys + theta[:, k, 2, None, None])
+                  for k in range(2)]
+        return torch.stack(planes, -1)
+
+    monkeypatch.setattr(_at_scale, "_broadcast_grid_checked", {})
+    monkeypatch.setattr(_at_scale, "affine_grid_by_broadcast", other_order)
+    assert not _at_scale.broadcast_grid_is_torchs(F.affine_grid)
+    assert not isinstance(_at_scale.broadcast_affine_grids(1 << 20), _at_scale._BroadcastAffineGrids)
+    monkeypatch.setattr(_at_scale, "_broadcast_grid_checked", {})
+    monkeypatch.setattr(_at_scale, "affine_grid_by_broadcast", lambda *a: 1 / 0)
+    assert not _at_scale.broadcast_grid_is_torchs(F.affine_grid)
+
+
+def test_the_grid_mode_is_entered_for_large_eager_images_only(monkeypatch):
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "broadcast_grid_is_torchs", lambda affine_grid: True)
+    assert isinstance(_at_scale.broadcast_affine_grids(_at_scale.BROADCAST_GRID_PIXELS), _at_scale._BroadcastAffineGrids)
+    assert not isinstance(_at_scale.broadcast_affine_grids(_at_scale.BROADCAST_GRID_PIXELS - 1), _at_scale._BroadcastAffineGrids)
+    monkeypatch.setattr(torch.jit, "is_tracing", lambda: True)
+    assert not isinstance(_at_scale.broadcast_affine_grids(1 << 20), _at_scale._BroadcastAffineGrids)
+    # Inside the mode: a theta wanting a gradient, or a 5-D size, is torch's own call.
+    monkeypatch.undo()
+    calls = _spy_broadcast(monkeypatch)
+    theta = torch.randn(2, 2, 3)
+    with _at_scale._BroadcastAffineGrids():
+        F.affine_grid(theta.requires_grad_(), [2, 1, 8, 8], align_corners=False).sum().backward()
+        F.affine_grid(torch.randn(2, 3, 4), [2, 1, 3, 8, 8], align_corners=True)
+        assert calls == []
+        F.affine_grid(theta.detach(), [2, 1, 8, 8], align_corners=False)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_warp_is_bitwise_the_release_float32_narrowed_with_the_broadcast_grid(dtype, monkeypatch):
+    """warp_affine, rotate and RandomAffine of half images of 256x300 pixels (past the mode's
+    threshold): bitwise the release's float32 call narrowed, the broadcast grid sampled wherever
+    the probe allows it (and only then); a float32 call of the user's never takes it."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    calls = _spy_broadcast(monkeypatch)
+    broadcast = _at_scale.broadcast_grid_is_torchs(F.affine_grid)
+    x = image(3, 3, 256)[..., :256, :]
+    x = torch.cat([x, x[..., :44]], -1).to(dtype)  # 256 x 300
+    matrices = _matrices(torch.tensor([[1.5, 1.5], [2.0, 1.0], [0.8, 3.0]]))[:, :2].to(dtype)
+    angles = torch.tensor([10.0, 200.0, -33.0]).to(dtype)
+    augment = kornia.augmentation.RandomAffine(degrees=30.0, translate=(0.1, 0.1), scale=(0.8, 1.2), p=1.0)
+    calls_of = {
+        "warp_affine": lambda t: kornia.geometry.transform.warp_affine(t, matrices.to(t.dtype), (250, 310)),
+        "rotate": lambda t: kornia.geometry.transform.rotate(t, angles.to(t.dtype)),
+        "RandomAffine": lambda t: augment(t),
+    }
+    for name, call in calls_of.items():
+        torch.manual_seed(3)
+        with testing.isolated(only=()):
+            expected = call(x.float()).to(dtype)
+        with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling", "augmentation_pipeline"]):
+            torch.manual_seed(3)
+            got = call(x)
+            assert got.dtype == dtype and bitwise_equal(got, expected), name
+            assert bool(calls) == broadcast, name
+            calls.clear()
+            call(x.float())  # the user's float32 call: torch's own grid
+            assert calls == [], name
+
+
 def test_a_gradient_takes_the_release_float32_graph():
     """A half input that wants a gradient is left to the widened original (the release's float32
     graph gives the gradient): the same gradient as the float32 call's, narrowed."""

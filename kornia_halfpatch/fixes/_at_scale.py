@@ -17,11 +17,15 @@ which leaves the call to the widened original.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from typing import Any, Optional
 
 import torch
+from torch.overrides import TorchFunctionMode
+
+from .._torch_compat import is_compiling
 
 # Pixels per tile: 3 channels x 2^17 pixels of float32 is 1.5 MiB and a temporary 512 KiB, so a
 # tile's temporaries stay in cache (rgb_to_hsv on 4x3x1024x1024: 2^14 0.088 s, 2^16 0.045 s,
@@ -181,8 +185,12 @@ def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: An
 def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
     """A warp (``warp_affine``, ``warp_perspective``, ``rotate``): as ``per_image``, on as many
     images per float32 call as torch has threads (``images_per_call``), the matrices and angles
-    sliced with them."""
-    return _each_image(original, dtype, arguments, keywords, count=images_per_call())
+    sliced with them; an affine grid broadcast where that is torch's grid bit for bit
+    (``broadcast_affine_grids``)."""
+    image = arguments[0] if arguments else None
+    pixels = image.shape[-2] * image.shape[-1] if isinstance(image, torch.Tensor) and image.dim() >= 2 else 0
+    with broadcast_affine_grids(pixels):
+        return _each_image(original, dtype, arguments, keywords, count=images_per_call())
 
 
 # The release's histogram equalisation, statement by statement (0.7.0-0.8.3: the same up to quotes
@@ -284,6 +292,124 @@ def equalize_by_value(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
         table[negative_zero] = values[-1]
         torch.index_select(table, 0, index, out=result)
     return out.view(image.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# The affine sampling grid of kornia's warp_affine (and rotate, RandomAffine through it).
+#
+# torch's CPU ``affine_grid`` writes a (N, H, W, 3) base grid of (x, y, 1) and multiplies it by
+# theta^T in a batched matmul of contraction 3: at 2x2048x2048 0.093 s of warp_affine's 0.20 s
+# (AVX2, 2 threads), while ``x * t0 + y * t1`` broadcast from a row and a column, then ``+ t2``,
+# takes 0.028 s. Per element that is the same three float32 operations, and where torch's matmul
+# rounds them in that order (no fused multiply-add) the grids are equal bit for bit; a probe
+# checks that once per process against torch's own grid, and only then, inside the shim's float32
+# evaluation of a large half warp, does the broadcast grid stand in for torch's. It is reached
+# through a torch function mode entered around that evaluation alone (kornia's affine_grid
+# global is torch_ops' row already; the mode sees the call torch's affine_grid makes).
+
+_TORCH_AFFINE_GRID = torch.nn.functional.affine_grid
+
+
+def _neg_one_to_one(steps: int, align_corners: bool, like: torch.Tensor) -> torch.Tensor:
+    """torch's ``linspace_from_neg_one``: -1..1 in ``steps``, scaled by (steps - 1) / steps for
+    pixel-centre sampling (align_corners=False)."""
+    line = torch.linspace(-1, 1, steps, dtype=like.dtype, device=like.device)
+    return line if align_corners else line * (steps - 1) / steps
+
+
+def affine_grid_by_broadcast(theta: torch.Tensor, size: Any, align_corners: bool) -> torch.Tensor:
+    """``F.affine_grid(theta, size, align_corners)`` for a (N, 2, 3) theta and 4-D ``size``,
+    computed as ``(t0 * x + t1 * y) + t2`` per output coordinate."""
+    batch, height, width = int(size[0]), int(size[2]), int(size[3])
+    xs = _neg_one_to_one(width, align_corners, theta)
+    ys = _neg_one_to_one(height, align_corners, theta)[:, None]
+    grid = torch.empty((batch, height, width, 2), dtype=theta.dtype, device=theta.device)
+    for k in range(2):
+        row = theta[:, k, :, None, None]
+        coordinate = grid[..., k]
+        torch.add(row[:, 0] * xs, row[:, 1] * ys, out=coordinate)
+        coordinate += row[:, 2]
+    return grid
+
+
+_broadcast_grid_checked: dict = {}
+
+
+def broadcast_grid_is_torchs(affine_grid: Any) -> bool:
+    """Whether ``affine_grid_by_broadcast`` equals torch's ``affine_grid`` bit for bit on this
+    machine (its matmul's rounding): random and warp-like thetas, sizes from a few pixels (torch's
+    own small-matmul loop) to a megapixel (the BLAS path), both ``align_corners``. Asked once per
+    process; anything unexpected answers no."""
+    if affine_grid not in _broadcast_grid_checked:
+        answer = False
+        try:
+            generator = torch.Generator().manual_seed(35)
+            with torch.no_grad(), torch.autocast("cpu", enabled=False):
+                answer = True
+                for batch, height, width in ((2, 5, 7), (3, 37, 53), (2, 130, 257), (1, 512, 1000)):
+                    angle = torch.rand(batch, generator=generator) * 6.3
+                    warp_like = torch.stack([torch.stack([angle.cos(), -angle.sin(), torch.rand(batch, generator=generator)], -1),
+                                             torch.stack([angle.sin(), angle.cos(), -torch.rand(batch, generator=generator)], -1)], 1)
+                    for theta in (torch.randn(batch, 2, 3, generator=generator), warp_like):
+                        for align_corners in (True, False):
+                            size = [batch, 1, height, width]
+                            if not torch.equal(affine_grid_by_broadcast(theta, size, align_corners),
+                                               affine_grid(theta, size, align_corners=align_corners)):
+                                answer = False
+        except Exception:  # noqa: BLE001 - a probe never raises into the caller: torch's grid stays
+            answer = False
+        _broadcast_grid_checked[affine_grid] = answer
+    return _broadcast_grid_checked[affine_grid]
+
+
+def takes_broadcast_grid(theta: Any, size: Any, align_corners: Any) -> bool:
+    """A call the broadcast grid may answer: a float32 CPU (N, 2, 3) theta wanting no gradient, a
+    4-D size of the theta's batch with at least 2 rows and columns, align_corners given."""
+    return (
+        type(theta) is torch.Tensor
+        and theta.dtype == torch.float32
+        and theta.device.type == "cpu"
+        and theta.dim() == 3
+        and theta.shape[1] == 2
+        and theta.shape[2] == 3
+        and isinstance(align_corners, bool)
+        and isinstance(size, (list, tuple, torch.Size))
+        and len(size) == 4
+        and all(isinstance(v, int) for v in size)
+        and size[0] == theta.shape[0]
+        and size[1] > 0
+        and size[2] > 1
+        and size[3] > 1
+        and not (theta.requires_grad and torch.is_grad_enabled())
+    )
+
+
+class _BroadcastAffineGrids(TorchFunctionMode):
+    """torch's ``affine_grid`` answered by ``affine_grid_by_broadcast`` where it takes the call;
+    every other function, and every other call, torch's own."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        if func is _TORCH_AFFINE_GRID and len(args) + len(kwargs) == 3:
+            bound = _bound(func, args, kwargs)
+            if bound is not None and takes_broadcast_grid(bound["theta"], bound["size"], bound["align_corners"]):
+                return affine_grid_by_broadcast(bound["theta"], bound["size"], bound["align_corners"])
+        return func(*args, **kwargs)
+
+
+# A torch function mode costs every torch call inside it a Python dispatch (~100 calls per warp):
+# entered for images of at least 2^16 pixels, where the grid's matmul is what costs.
+BROADCAST_GRID_PIXELS = 1 << 16
+
+
+def broadcast_affine_grids(pixels: int) -> Any:
+    """The context of a float32 evaluation of a half warp of ``pixels`` per image: the broadcast
+    grid where it is torch's on this machine, for a large image, in eager mode; else nothing."""
+    if pixels < BROADCAST_GRID_PIXELS or is_compiling() or torch.jit.is_tracing():
+        return contextlib.nullcontext()
+    if not broadcast_grid_is_torchs(_TORCH_AFFINE_GRID):
+        return contextlib.nullcontext()
+    return _BroadcastAffineGrids()
 
 
 def _bound(original: Any, arguments: tuple, keywords: dict) -> Optional[dict]:

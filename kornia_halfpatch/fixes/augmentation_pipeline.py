@@ -48,7 +48,8 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
     _reparametrize_module = None
 
 from .._model import Finding, Fix, Target, bug_present, unsupported
-from .._precision import autocast_half, autocast_off, float32_context
+from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context
+from ._at_scale import broadcast_affine_grids
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -237,7 +238,11 @@ def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[
             with autocast_off(first.device.type):
                 return original(module, *args, **kwargs)
         return original(module, *args, **kwargs)
-    with float32_context(first):
+    # The shim's float32 evaluation of a half call: inside it the depthwise filters take their
+    # channels-last float32 form and a large image's affine grid is broadcast where that is
+    # torch's grid bit for bit (fixes/_at_scale.py).
+    pixels = first.shape[-2] * first.shape[-1] if first.dim() >= 2 else 0
+    with float32_context(first), FLOAT32_EVALUATION, broadcast_affine_grids(pixels):
         return _promoted_call(original, module, args, kwargs, data, first.dtype)
 
 
