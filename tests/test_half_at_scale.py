@@ -490,9 +490,10 @@ def test_the_grid_mode_is_entered_for_large_eager_images_only(monkeypatch):
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_a_large_half_warp_is_bitwise_the_release_float32_narrowed_with_the_broadcast_grid(dtype, monkeypatch):
-    """warp_affine, rotate and RandomAffine of half images of 256x300 pixels (past the mode's
-    threshold): bitwise the release's float32 call narrowed, the broadcast grid sampled wherever
-    the probe allows it (and only then); a float32 call of the user's never takes it."""
+    """warp_affine (of three images and of one), rotate and RandomAffine of half images of 256x300
+    pixels (past the mode's threshold): bitwise the release's float32 call narrowed, the broadcast
+    grid sampled wherever the probe allows it (and only then); a float32 call of the user's never
+    takes it."""
     from kornia_halfpatch.fixes import _at_scale
 
     calls = _spy_broadcast(monkeypatch)
@@ -506,6 +507,9 @@ def test_a_large_half_warp_is_bitwise_the_release_float32_narrowed_with_the_broa
         "warp_affine": lambda t: kornia.geometry.transform.warp_affine(t, matrices.to(t.dtype), (250, 310)),
         "rotate": lambda t: kornia.geometry.transform.rotate(t, angles.to(t.dtype)),
         "RandomAffine": lambda t: augment(t),
+        # one image: nothing to split, called whole inside the mode
+        "warp_affine of one image": lambda t: kornia.geometry.transform.warp_affine(
+            t[:1], matrices[:1].to(t.dtype), (250, 310)),
     }
     for name, call in calls_of.items():
         torch.manual_seed(3)

@@ -62,15 +62,16 @@ def rgb_to_hsv(original: Any, dtype: torch.dtype, image: Any, eps: float = 1e-8)
             stop = min(start + TILE_PIXELS, pixels)
             tile = source[n, :, start:stop].float()
             red, green, blue = tile[0], tile[1], tile[2]
-            if torch.isnan(tile).any():
+            # The same values, elementwise (a reduction over 3 channels is half the time); the
+            # argmax as torch.max gives it, the first maximal channel. torch.maximum propagates
+            # NaN, so a pixel with NaN in any channel shows in the maximum.
+            max_rgb = torch.maximum(torch.maximum(red, green), blue)
+            if torch.isnan(max_rgb).any():
                 # max/min over channels propagate NaN with its index: the release's reductions.
                 max_rgb, argmax_rgb = tile.max(-2)
                 min_rgb, _ = tile.min(-2)
                 is_red, is_green = argmax_rgb == 0, argmax_rgb == 1
             else:
-                # The same values, elementwise (a reduction over 3 channels is half the time); the
-                # argmax as torch.max gives it, the first maximal channel.
-                max_rgb = torch.maximum(torch.maximum(red, green), blue)
                 min_rgb = torch.minimum(torch.minimum(red, green), blue)
                 is_red = red == max_rgb
                 is_green = (green == max_rgb) & ~is_red
@@ -137,7 +138,7 @@ def _bands(height: int, width: int, reach: Optional[int]) -> list:
 
 
 def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
-                reach: Optional[int] = None, count: int = 1) -> Optional[torch.Tensor]:
+                reach: Optional[int] = None, count: int = 1, whole: bool = False) -> Optional[torch.Tensor]:
     image = arguments[0] if arguments else None
     if not isinstance(image, torch.Tensor) or image.dim() < 4 or image.numel() == 0:
         return None
@@ -146,7 +147,7 @@ def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: d
         return None
     batch, plane = image.shape[0], tuple(image.shape[-2:])
     bands = _bands(plane[0], plane[1], reach)
-    if batch <= count and len(bands) == 1:
+    if batch <= count and len(bands) == 1 and not whole:
         return None  # nothing to split: the widened original
     out: Optional[torch.Tensor] = None
     for index in range(0, batch, count):
@@ -189,8 +190,12 @@ def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
     (``broadcast_affine_grids``)."""
     image = arguments[0] if arguments else None
     pixels = image.shape[-2] * image.shape[-1] if isinstance(image, torch.Tensor) and image.dim() >= 2 else 0
-    with broadcast_affine_grids(pixels):
-        return _each_image(original, dtype, arguments, keywords, count=images_per_call())
+    grids = broadcast_affine_grids(pixels)
+    with grids:
+        # With the broadcast grid, a batch with nothing to split (one large image) is called here
+        # too, whole, inside the mode.
+        return _each_image(original, dtype, arguments, keywords, count=images_per_call(),
+                           whole=isinstance(grids, _BroadcastAffineGrids))
 
 
 # The release's histogram equalisation, statement by statement (0.7.0-0.8.3: the same up to quotes
