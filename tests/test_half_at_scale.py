@@ -593,6 +593,9 @@ def test_bands_cover_every_row_once_and_leave_small_images_whole():
         assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))
         # each inner band's input (kept rows and a halo on each side) stays within a bounded workspace
         assert all((stop - start) * width <= max(_at_scale.BAND_PIXELS, 4 * reach * width) for start, stop in bands)
-    assert _at_scale._bands(1024, 1024, 11) == [(0, 1024)]  # 2^20 pixels: one band
+        assert all(stop - start <= max(_at_scale.BAND_ROWS, 4 * reach) for start, stop in bands)
+    assert _at_scale._bands(1024, 1024, 11) == [(0, 512), (512, 1024)]  # at most 512 rows a band
+    assert _at_scale._bands(2048, 2048, 11)[:2] == [(0, 512), (512, 1024)]  # 2^20 pixels a band
+    assert _at_scale._bands(256, 256, 11) == [(0, 256)]  # a small image: whole
     assert _at_scale._bands(4096, 4096, None) == [(0, 4096)]  # a reach not known: the image whole
     assert _at_scale._bands(300, 8000, 100) == [(0, 300)]  # halos as tall as the image: whole
