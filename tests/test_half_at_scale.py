@@ -447,6 +447,23 @@ def test_the_broadcast_grid_is_torchs_wherever_the_probe_says_so():
                                  F.affine_grid(theta, size, align_corners=align_corners))
 
 
+def test_the_grid_probe_answers_the_same_under_a_half_default_dtype(monkeypatch):
+    """The probe runs inside a user's first large warp, whatever the caller's default dtype: its
+    matrices are float32 all the same, so a half default changes nothing."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "_broadcast_grid_checked", {})
+    answer = _at_scale.broadcast_grid_is_torchs(F.affine_grid)
+    monkeypatch.setattr(_at_scale, "_broadcast_grid_checked", {})
+    previous = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float16)
+        with torch.inference_mode():
+            assert _at_scale.broadcast_grid_is_torchs(F.affine_grid) == answer
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def test_the_grid_probe_refuses_a_grid_rounded_otherwise(monkeypatch):
     """A broadcast grid that rounds in another order (x*t0 + (y*t1 + t2)) is not torch's: the probe
     says no, and so does a probe that fails."""

@@ -357,10 +357,13 @@ def broadcast_grid_is_torchs(affine_grid: Any) -> bool:
             with torch.no_grad(), torch.autocast("cpu", enabled=False):
                 answer = True
                 for batch, height, width in ((2, 5, 7), (3, 37, 53), (2, 130, 257), (1, 512, 1000)):
-                    angle = torch.rand(batch, generator=generator) * 6.3
-                    warp_like = torch.stack([torch.stack([angle.cos(), -angle.sin(), torch.rand(batch, generator=generator)], -1),
-                                             torch.stack([angle.sin(), angle.cos(), -torch.rand(batch, generator=generator)], -1)], 1)
-                    for theta in (torch.randn(batch, 2, 3, generator=generator), warp_like):
+                    # float32 whatever the default dtype (a half default would compare half grids)
+                    angle, shift_x, shift_y = torch.rand(3, batch, generator=generator, dtype=torch.float32)
+                    angle = angle * 6.3
+                    warp_like = torch.stack([torch.stack([angle.cos(), -angle.sin(), shift_x], -1),
+                                             torch.stack([angle.sin(), angle.cos(), -shift_y], -1)], 1)
+                    random = torch.randn(batch, 2, 3, generator=generator, dtype=torch.float32)
+                    for theta in (random, warp_like):
                         for align_corners in (True, False):
                             size = [batch, 1, height, width]
                             if not torch.equal(affine_grid_by_broadcast(theta, size, align_corners),
