@@ -4,6 +4,7 @@ against kornia 0.9.0's half, time and peak memory, per operation and size.
     .venv/bin/python benchmarks/bench_half_at_scale.py --oracle-python .tox/kornia090/bin/python
             [--sizes 4x3x1024x1024,4x3x2048x2048,1x3x4096x4096] [--dtypes float16,bfloat16]
             [--only gaussian_blur2d] [--reps 3] [--threads 2] [--cpu-half auto|native|float32]
+    .venv/bin/python benchmarks/bench_half_at_scale.py --float32-overhead [--sizes ...] [--reps 5]
 
 Every (who, operation, size, dtype) runs in a fresh interpreter: the input is built first, then
 the time is the minimum of ``--reps`` calls after the first, and the memory is the peak growth of
@@ -14,6 +15,11 @@ shim (the shim leaves float32 bitwise the release's); "shim" is the release with
 ``kornia_halfpatch.apply(cpu_half=...)``; "0.9.0" is kornia 0.9.0 in its own environment
 (``--oracle-python``). The ratios shim/0.9.0 and shim/release float32 are what this prints for a
 reader to check (<= 1.00 is the goal); absolute times depend on the machine and its load.
+
+``--float32-overhead`` prints instead what the shim costs a float32 call: per operation, one
+fresh process times the float32 call with the shim applied and with every fix reverted
+(``kornia_halfpatch.testing.isolated(only=())``) in alternating rounds, and prints the ratio of
+the minima (<= 1.03 is the goal).
 """
 
 from __future__ import annotations
@@ -163,6 +169,48 @@ def measure(name: str, size: str, dtype_name: str, reps: int, threads: int, shim
     return {"seconds": min(times) if times else first, "peak_bytes": max(peak, 0), "device": device}
 
 
+def measure_float32_overhead(name: str, size: str, reps: int, threads: int) -> Dict[str, Any]:
+    """In this (fresh) interpreter: one operation's float32 call with the shim applied against the
+    same call with every fix reverted, in alternating rounds (a shared machine's load and a
+    process's own speed move both alike), each the minimum of its rounds' times."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import torch
+
+    torch.set_num_threads(threads)
+    sys.path.insert(0, str(ROOT))
+    import kornia_halfpatch
+    from kornia_halfpatch import testing
+
+    kornia_halfpatch.apply()
+    shape = [int(n) for n in size.split("x")]
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(shape, generator=generator).mul_(0.5).add_(torch.linspace(0, 0.5, shape[-1]))
+    call = cases()[name](x)
+    times: Dict[str, List[float]] = {"patched": [], "unpatched": []}
+    try:
+        with torch.no_grad():
+            for _ in range(reps):
+                for who in ("unpatched", "patched"):
+                    with (testing.isolated(only=()) if who == "unpatched" else _nothing()):
+                        call()  # the first call of a round warms what the revert or apply moved
+                        start = time.perf_counter()
+                        call()
+                        times[who].append(time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:90]}
+    return {who: min(t) for who, t in times.items()}
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
 def run_case(python: str, name: str, size: str, dtype: str, reps: int, threads: int, shim: bool,
              cpu_half: str) -> Dict[str, Any]:
     command = [python, str(Path(__file__).resolve()), "--case", name, "--size", size, "--dtype", dtype,
@@ -205,7 +253,12 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--size", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
     parser.add_argument("--no-shim", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--float32-overhead", action="store_true",
+                        help="instead: each operation's float32 time with the shim over without it, in one process")
     args = parser.parse_args(argv)
+    if args.case and args.float32_overhead:
+        print(json.dumps(measure_float32_overhead(args.case, args.size, args.reps, args.threads)))
+        return 0
     if args.case:
         print(json.dumps(measure(args.case, args.size, args.dtype, args.reps, args.threads, not args.no_shim,
                                  args.cpu_half)))
@@ -215,6 +268,9 @@ def main(argv: List[str] = None) -> int:
 
     names = [n for n in cases() if not args.only or n in args.only]
     caps = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
+    if args.float32_overhead:
+        return _float32_overheads(names, args, f"kornia {kornia.__version__}, torch {torch.__version__}, "
+                                  f"{args.threads} threads, CPU capability {caps}")
     print(f"kornia {kornia.__version__}, torch {torch.__version__}, {args.threads} threads, CPU capability {caps}, "
           f"shim cpu_half={args.cpu_half}; time: min of {args.reps} calls after the first; memory: peak RSS growth "
           "during the first call, a fresh process per cell")
@@ -233,6 +289,31 @@ def main(argv: List[str] = None) -> int:
                 print(f"| {name} | {size} | {dtype} | {_cell(full)} | {_cell(shim)} | {_cell(oracle)} | "
                       f"{_ratio(shim, oracle, 'seconds')} | {_ratio(shim, oracle, 'peak_bytes')} | "
                       f"{_ratio(shim, full, 'seconds')} | {_ratio(shim, full, 'peak_bytes')} |", flush=True)
+    return 0
+
+
+def _float32_overheads(names: List[str], args: Any, header: str) -> int:
+    """The float32 table: the patched call's time over the unpatched one's (<= 1.03 is the goal)."""
+    print(f"{header}; float32, the shim applied against reverted in alternating rounds of one fresh process "
+          f"per cell, min of {args.reps} rounds each")
+    print("| op | size | release float32 | with the shim | with / without |")
+    print("| --- | --- | --- | --- | ---: |")
+    for size in [s for s in args.sizes.split(",") if s]:
+        for name in names:
+            if size.startswith("1x") and name not in FILTERS_AND_WARPS:
+                continue
+            command = [sys.executable, str(Path(__file__).resolve()), "--float32-overhead", "--case", name,
+                       "--size", size, "--reps", str(args.reps), "--threads", str(args.threads)]
+            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=3600,
+                                  env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            result = json.loads(lines[-1]) if lines else {"error": (done.stderr.strip().splitlines() or ["?"])[-1][:90]}
+            if "error" in result:
+                print(f"| {name} | {size} | {result['error']} | | - |", flush=True)
+                continue
+            ratio = result["patched"] / result["unpatched"]
+            mark = f"**{ratio:.3f}**" if ratio > 1.03 else f"{ratio:.3f}"
+            print(f"| {name} | {size} | {result['unpatched']:.3f} s | {result['patched']:.3f} s | {mark} |", flush=True)
     return 0
 
 

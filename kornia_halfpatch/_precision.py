@@ -217,3 +217,31 @@ def in_float32_evaluation() -> bool:
     """Inside the shim's float32 evaluation of a half call, on this thread (eager only: compiled
     and scripted code never enters one)."""
     return FLOAT32_EVALUATION.depth > 0
+
+
+class _ChannelsLastPlanes(threading.local):
+    """Whether this thread is inside a banded float32 evaluation that holds its planes in
+    channels-last (``fixes/_at_scale.py``: one image's band of ``ssim``, ``gaussian_blur2d``,
+    ``box_blur``). There kornia's depthwise float32 convolutions return their channels-last
+    output as it is: converting each of ssim's five filtered planes back to NCHW and the next
+    padded plane into channels-last was a third of its time (4x3x1024x1024 on AVX2, measured).
+    Elementwise operations and padding give the same values in either layout."""
+
+    depth = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self.depth -= 1
+
+    def __repr__(self) -> str:
+        return f"{__name__}.CHANNELS_LAST_PLANES"
+
+
+CHANNELS_LAST_PLANES = _ChannelsLastPlanes()
+
+
+def keeps_channels_last() -> bool:
+    """Inside a float32 evaluation whose depthwise convolutions may answer in channels-last."""
+    return CHANNELS_LAST_PLANES.depth > 0 and FLOAT32_EVALUATION.depth > 0

@@ -576,10 +576,11 @@ BANDED = {
 NOT_BANDED = {"gaussian_blur2d circular", "ssim valid"}
 
 
+@pytest.mark.parametrize("batch", [1, 2])  # two images: one call, planes kept channels-last
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(BANDED))
-def test_a_large_image_in_bands_of_rows_is_the_release_float32_narrowed_bitwise(name, dtype, mode, monkeypatch):
+def test_a_large_image_in_bands_of_rows_is_the_release_float32_narrowed_bitwise(name, dtype, mode, batch, monkeypatch):
     from kornia_halfpatch.fixes import _at_scale
 
     monkeypatch.setattr(_at_scale, "BAND_PIXELS", 40 * 100)
@@ -587,7 +588,7 @@ def test_a_large_image_in_bands_of_rows_is_the_release_float32_narrowed_bitwise(
     bands = _at_scale._bands
     monkeypatch.setattr(_at_scale, "_bands", lambda *a: planned.append(bands(*a)) or planned[-1])
     g = torch.Generator().manual_seed(3)
-    x = (torch.rand(1, 3, 230, 100, generator=g) * 0.5 + torch.linspace(0, 0.5, 100)).to(dtype)
+    x = (torch.rand(batch, 3, 230, 100, generator=g) * 0.5 + torch.linspace(0, 0.5, 100)).to(dtype)
     other = (x.float() * 0.9 + 0.03).to(dtype)
     with testing.isolated(only=()):
         expected = BANDED[name](x.float(), other.float()).to(dtype)
@@ -599,6 +600,56 @@ def test_a_large_image_in_bands_of_rows_is_the_release_float32_narrowed_bitwise(
         assert planned[0] == [(0, 230)]
     else:
         assert len(planned[0]) > 2  # the first, inner and last bands all ran
+
+
+class _PaddedLayouts(torch.overrides.TorchFunctionMode):
+    """The layout of every image kornia pads (filter2d pads before each convolution)."""
+
+    def __init__(self):
+        super().__init__()
+        self.channels_last = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.pad and args[0].dim() == 4 and args[0].shape[1] > 1:
+            self.channels_last.append(args[0].is_contiguous(memory_format=torch.channels_last))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["ssim", "gaussian_blur2d", "box_blur"])
+def test_two_images_keep_their_planes_channels_last_through_the_filters(name, mode):
+    """Two images a banded call (four images: two calls): every plane kornia pads is already
+    channels-last (no conversion per convolution), and the result is the release's float32
+    narrowed, bit for bit; one image keeps NCHW planes."""
+    for batch, layout in ((4, True), (1, False)):
+        x = image(batch=batch, size=64).to(torch.float16)
+        other = (x.float() * 0.9 + 0.03).to(torch.float16)
+        with testing.isolated(only=()):
+            expected = BANDED[name](x.float(), other.float()).to(torch.float16)
+        with testing.isolated(only=ONLY, cpu_half=mode):
+            with _PaddedLayouts() as padded:
+                got = BANDED[name](x, other)
+        assert bitwise_equal(got, expected), (name, batch)
+        assert set(padded.channels_last) == {layout}, (name, batch, padded.channels_last)
+
+
+def test_a_release_step_that_refuses_channels_last_planes_is_evaluated_in_nchw(monkeypatch):
+    """Per-image sigmas make kornia's filter2d view two images' planes as one image of six
+    channels (four images: two calls of two), which a channels-last plane refuses: the call is evaluated again in NCHW planes,
+    the release's float32 narrowed all the same."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    calls = []
+    each = _at_scale._each_image
+    monkeypatch.setattr(_at_scale, "_each_image", lambda *a, **k: calls.append(k.get("channels_last", False)) or each(*a, **k))
+    x = image(batch=4, size=64).to(torch.bfloat16)
+    sigma = torch.tensor([[1.5, 1.5], [2.0, 1.0], [0.8, 3.0], [1.2, 1.2]])
+    with testing.isolated(only=()):
+        expected = kornia.filters.gaussian_blur2d(x.float(), (7, 9), sigma).to(torch.bfloat16)
+    with testing.isolated(only=ONLY, cpu_half="float32"):
+        got = kornia.filters.gaussian_blur2d(x, (7, 9), sigma)
+    assert bitwise_equal(got, expected)
+    assert calls == [True, False]
 
 
 def test_bands_cover_every_row_once_and_leave_small_images_whole():

@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .._precision import CHANNELS_LAST_PLANES
 from .._torch_compat import is_compiling
 
 # Pixels per tile: 3 channels x 2^17 pixels of float32 is 1.5 MiB and a temporary 512 KiB, so a
@@ -108,8 +109,12 @@ def images_per_call() -> int:
     return max(1, torch.get_num_threads())
 
 
-def _widened(value: Any) -> Any:
-    return value.float() if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16) else value
+def _widened(value: Any, channels_last: bool = False) -> Any:
+    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.float16, torch.bfloat16):
+        return value
+    if channels_last and value.dim() == 4:
+        return value.to(torch.float32, memory_format=torch.channels_last)
+    return value.float()
 
 
 def _rows(value: Any, plane: Any, start: int, stop: int) -> Any:
@@ -143,7 +148,8 @@ def _bands(height: int, width: int, reach: Optional[int]) -> list:
 
 
 def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
-                reach: Optional[int] = None, count: int = 1, whole: bool = False) -> Optional[torch.Tensor]:
+                reach: Optional[int] = None, count: int = 1, whole: bool = False,
+                channels_last: bool = False) -> Optional[torch.Tensor]:
     image = arguments[0] if arguments else None
     if not isinstance(image, torch.Tensor) or image.dim() < 4 or image.numel() == 0:
         return None
@@ -161,8 +167,8 @@ def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: d
         own_keywords = {k: _image(v, index, batch, images) for k, v in keywords.items()}
         for start, stop in bands:
             first, last = max(start - (reach or 0), 0), min(stop + (reach or 0), plane[0])
-            result = original(*(_widened(_rows(a, plane, first, last)) for a in own_arguments),
-                              **{k: _widened(_rows(v, plane, first, last)) for k, v in own_keywords.items()})
+            result = original(*(_widened(_rows(a, plane, first, last), channels_last) for a in own_arguments),
+                              **{k: _widened(_rows(v, plane, first, last), channels_last) for k, v in own_keywords.items()})
             if not isinstance(result, torch.Tensor) or result.dim() < 2 or result.shape[0] != images:
                 return None  # not a per-image result after all: the widened original decides
             if len(bands) > 1 and result.shape[-2] != last - first:
@@ -454,7 +460,32 @@ def filter_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywor
     reach = None
     if bound is not None and bound.get("border_type", "reflect") != "circular":
         reach = _largest(bound.get("kernel_size"))
-    return _each_image(original, dtype, arguments, keywords, reach)
+    return _in_channels_last_bands(original, dtype, arguments, keywords, reach)
+
+
+# Images per banded float32 call whose planes stay channels-last: oneDNN returns one image with
+# a batch stride torch's layout heuristic misreads (``depthwise_at_scale``), two it does not.
+CHANNELS_LAST_IMAGES = 2
+
+
+def _in_channels_last_bands(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
+                            reach: Optional[int]) -> Optional[torch.Tensor]:
+    """``_each_image``, two images a call, each band widened into channels-last and kept so
+    through kornia's depthwise convolutions (``CHANNELS_LAST_PLANES``): the same float32 values
+    per element, without converting every filtered plane back to NCHW and every padded one into
+    channels-last (4x3x1024x1024 ssim on AVX2: 0.47 -> 0.42 s, 4x3x2048x2048 1.77 -> 1.57 s,
+    measured). A single image keeps NCHW planes. A release whose steps refuse a channels-last
+    plane (a ``view`` to another shape raises: per-image kernels) is evaluated again in NCHW,
+    where its own errors are its own."""
+    image = arguments[0] if arguments else None
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.shape[0] < CHANNELS_LAST_IMAGES:
+        return _each_image(original, dtype, arguments, keywords, reach)
+    try:
+        with CHANNELS_LAST_PLANES:
+            return _each_image(original, dtype, arguments, keywords, reach, count=CHANNELS_LAST_IMAGES,
+                               channels_last=True)
+    except RuntimeError:
+        return _each_image(original, dtype, arguments, keywords, reach)
 
 
 def ssim_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
@@ -464,7 +495,7 @@ def ssim_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords
     reach = None
     if bound is not None and bound.get("padding", "same") == "same":
         reach = _largest(bound.get("window_size"))
-    return _each_image(original, dtype, arguments, keywords, reach)
+    return _in_channels_last_bands(original, dtype, arguments, keywords, reach)
 
 
 def sobel_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
