@@ -436,7 +436,7 @@ def test_the_broadcast_grid_is_torchs_wherever_the_probe_says_so():
     from kornia_halfpatch.fixes import _at_scale
 
     if not _at_scale.broadcast_grid_is_torchs(F.affine_grid):
-        assert not isinstance(_at_scale.broadcast_affine_grids(1 << 20), _at_scale._BroadcastAffineGrids)
+        assert not _at_scale.large_warps(1 << 20).broadcast
         return
     g = torch.Generator().manual_seed(7)
     for batch, height, width in ((1, 2, 2), (4, 61, 333), (2, 700, 129)):
@@ -479,7 +479,7 @@ def test_the_grid_probe_refuses_a_grid_rounded_otherwise(monkeypatch):
     monkeypatch.setattr(_at_scale, "_broadcast_grid_checked", {})
     monkeypatch.setattr(_at_scale, "affine_grid_by_broadcast", other_order)
     assert not _at_scale.broadcast_grid_is_torchs(F.affine_grid)
-    assert not isinstance(_at_scale.broadcast_affine_grids(1 << 20), _at_scale._BroadcastAffineGrids)
+    assert not _at_scale.large_warps(1 << 20).broadcast
     monkeypatch.setattr(_at_scale, "_broadcast_grid_checked", {})
     monkeypatch.setattr(_at_scale, "affine_grid_by_broadcast", lambda *a: 1 / 0)
     assert not _at_scale.broadcast_grid_is_torchs(F.affine_grid)
@@ -489,15 +489,15 @@ def test_the_grid_mode_is_entered_for_large_eager_images_only(monkeypatch):
     from kornia_halfpatch.fixes import _at_scale
 
     monkeypatch.setattr(_at_scale, "broadcast_grid_is_torchs", lambda affine_grid: True)
-    assert isinstance(_at_scale.broadcast_affine_grids(_at_scale.BROADCAST_GRID_PIXELS), _at_scale._BroadcastAffineGrids)
-    assert not isinstance(_at_scale.broadcast_affine_grids(_at_scale.BROADCAST_GRID_PIXELS - 1), _at_scale._BroadcastAffineGrids)
+    assert _at_scale.large_warps(_at_scale.BROADCAST_GRID_PIXELS).broadcast
+    assert not isinstance(_at_scale.large_warps(_at_scale.BROADCAST_GRID_PIXELS - 1), _at_scale._LargeWarps)
     monkeypatch.setattr(torch.jit, "is_tracing", lambda: True)
-    assert not isinstance(_at_scale.broadcast_affine_grids(1 << 20), _at_scale._BroadcastAffineGrids)
+    assert not isinstance(_at_scale.large_warps(1 << 20), _at_scale._LargeWarps)
     # Inside the mode: a theta wanting a gradient, or a 5-D size, is torch's own call.
     monkeypatch.undo()
     calls = _spy_broadcast(monkeypatch)
     theta = torch.randn(2, 2, 3)
-    with _at_scale._BroadcastAffineGrids():
+    with _at_scale._LargeWarps(broadcast=True):
         F.affine_grid(theta.requires_grad_(), [2, 1, 8, 8], align_corners=False).sum().backward()
         F.affine_grid(torch.randn(2, 3, 4), [2, 1, 3, 8, 8], align_corners=True)
         assert calls == []
@@ -509,8 +509,8 @@ def test_the_grid_mode_is_entered_for_large_eager_images_only(monkeypatch):
 def test_a_large_half_warp_is_bitwise_the_release_float32_narrowed_with_the_broadcast_grid(dtype, monkeypatch):
     """warp_affine (of three images and of one), rotate and RandomAffine of half images of 256x300
     pixels (past the mode's threshold): bitwise the release's float32 call narrowed, the broadcast
-    grid sampled wherever the probe allows it (and only then); a float32 call of the user's never
-    takes it."""
+    grid sampled wherever the probe allows it (and only then), each warped image's rows sampled on
+    both threads; a float32 call of the user's never takes either."""
     from kornia_halfpatch.fixes import _at_scale
 
     calls = _spy_broadcast(monkeypatch)
@@ -528,18 +528,78 @@ def test_a_large_half_warp_is_bitwise_the_release_float32_narrowed_with_the_broa
         "warp_affine of one image": lambda t: kornia.geometry.transform.warp_affine(
             t[:1], matrices[:1].to(t.dtype), (250, 310)),
     }
-    for name, call in calls_of.items():
-        torch.manual_seed(3)
-        with testing.isolated(only=()):
-            expected = call(x.float()).to(dtype)
-        with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling", "augmentation_pipeline"]):
+    by_rows = []
+    real = _at_scale.grid_sample_by_rows
+    monkeypatch.setattr(_at_scale, "grid_sample_by_rows", lambda *a, **k: by_rows.append(a[2]) or real(*a, **k))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)  # one image's rows sampled on both threads
+    try:
+        for name, call in calls_of.items():
             torch.manual_seed(3)
-            got = call(x)
-            assert got.dtype == dtype and bitwise_equal(got, expected), name
-            assert bool(calls) == broadcast, name
-            calls.clear()
-            call(x.float())  # the user's float32 call: torch's own grid
-            assert calls == [], name
+            with testing.isolated(only=()):
+                expected = call(x.float()).to(dtype)
+            with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling", "augmentation_pipeline"]):
+                torch.manual_seed(3)
+                got = call(x)
+                assert got.dtype == dtype and bitwise_equal(got, expected), name
+                assert bool(calls) == broadcast, name
+                # the warps' images one at a time, each by rows; the augmentation's batch whole
+                assert by_rows == ([] if name == "RandomAffine" else [2] * (1 if "one" in name else 3)), name
+                calls.clear()
+                by_rows.clear()
+                call(x.float())  # the user's float32 call: torch's own grid and sampling
+                assert calls == [] and by_rows == [], name
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("height", [9, 40, 41])  # rows left over, none, one
+def test_one_image_sampled_by_rows_is_torchs_grid_sample(height):
+    """One image's grid_sample cut into a batch of equal row chunks (and the rows left over): torch's
+    output bit for bit, for every mode, padding mode and align_corners, grids reaching outside."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(1, 3, 37, 50, generator=g)
+    grid = torch.rand(1, height, 45, 2, generator=g) * 2.4 - 1.2
+    for mode in ("bilinear", "nearest", "bicubic"):
+        for padding_mode in ("zeros", "border", "reflection"):
+            for align_corners in (True, False):
+                options = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+                expected = F.grid_sample(x, grid, **options)
+                for threads in (2, 3, 4):
+                    got = _at_scale.grid_sample_by_rows(x, grid, threads, **options)
+                    assert got.shape == expected.shape and got.is_contiguous()
+                    assert bitwise_equal(got, expected), (mode, padding_mode, align_corners, threads)
+
+
+def test_the_mode_samples_one_float32_image_by_rows_only(monkeypatch):
+    """Inside the mode: one float32 image of enough rows is sampled by rows; a batch, a half
+    input, a gradient wanted, one thread, or a grid of fewer than two rows a thread is torch's own
+    call."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    calls = []
+    real = _at_scale.grid_sample_by_rows
+    monkeypatch.setattr(_at_scale, "grid_sample_by_rows", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    x, grid = torch.rand(1, 2, 20, 20), torch.rand(1, 16, 16, 2) * 2 - 1
+    expected = F.grid_sample(x, grid, align_corners=False)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with _at_scale._LargeWarps(broadcast=False):
+            F.grid_sample(x.expand(2, -1, -1, -1), grid.expand(2, -1, -1, -1), align_corners=False)
+            F.grid_sample(x.double(), grid.double(), align_corners=False)
+            F.grid_sample(x.requires_grad_(), grid, align_corners=False).sum().backward()
+            F.grid_sample(x.detach(), grid[:, :3], align_corners=False)
+            assert calls == []
+            out = F.grid_sample(x.detach(), grid, align_corners=False)
+            assert calls == [2] and bitwise_equal(out, expected)
+            torch.set_num_threads(1)
+            F.grid_sample(x.detach(), grid, align_corners=False)
+            assert calls == [2]
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_a_gradient_takes_the_release_float32_graph():

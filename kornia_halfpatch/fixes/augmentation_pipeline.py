@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
 
 from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context
-from ._at_scale import broadcast_affine_grids
+from ._at_scale import large_warps
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -242,7 +242,7 @@ def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[
     # channels-last float32 form and a large image's affine grid is broadcast where that is
     # torch's grid bit for bit (fixes/_at_scale.py).
     pixels = first.shape[-2] * first.shape[-1] if first.dim() >= 2 else 0
-    with float32_context(first), FLOAT32_EVALUATION, broadcast_affine_grids(pixels):
+    with float32_context(first), FLOAT32_EVALUATION, large_warps(pixels):
         return _promoted_call(original, module, args, kwargs, data, first.dtype)
 
 
