@@ -553,11 +553,16 @@ def test_a_large_half_warp_is_bitwise_the_release_float32_narrowed_with_the_broa
         torch.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("rounds", ["one", "several"])
 @pytest.mark.parametrize("height", [9, 40, 41])  # rows left over, none, one
-def test_one_image_sampled_by_rows_is_torchs_grid_sample(height):
-    """One image's grid_sample cut into a batch of equal row chunks (and the rows left over): torch's
-    output bit for bit, for every mode, padding mode and align_corners, grids reaching outside."""
+def test_one_image_sampled_by_rows_is_torchs_grid_sample(height, rounds, monkeypatch):
+    """One image's grid_sample cut into batches of equal row chunks, in one round or several (and
+    the rows left over): torch's output bit for bit, for every mode, padding mode and
+    align_corners, grids reaching outside."""
     from kornia_halfpatch.fixes import _at_scale
+
+    if rounds == "several":
+        monkeypatch.setattr(_at_scale, "SAMPLED_PIXELS", 45 * 3)  # 3 rows a chunk
 
     g = torch.Generator().manual_seed(5)
     x = torch.rand(1, 3, 37, 50, generator=g)

@@ -427,24 +427,34 @@ def samples_by_rows(input: Any, grid: Any, threads: int) -> bool:
     )
 
 
+# Output pixels per chunk of rows: a round of chunks (one per thread) stays a few MiB of float32
+# beside the output (4096-wide: 64 rows a chunk).
+SAMPLED_PIXELS = 1 << 18
+
+
 def grid_sample_by_rows(input: torch.Tensor, grid: torch.Tensor, threads: int, **options: Any) -> torch.Tensor:
     """``F.grid_sample`` of one image on every thread. torch's CPU ``grid_sample`` shares its
     work among threads by image, so one image runs on one thread (1x3x2048x2048 on 2 threads:
-    0.123 s; 0.065 s as two images). Its output rows are cut into ``threads`` chunks of equal
-    height, sampled as a batch of that many images (the input expanded, not copied) and put back
-    in place; the rows left over are one more call. Each output pixel is computed from its own
-    grid point and the same input alike, so the result is torch's bit for bit."""
-    height = grid.shape[1]
-    rows = height // threads
-    cut = rows * threads
-    chunks = _TORCH_GRID_SAMPLE(input.expand(threads, -1, -1, -1), grid[:, :cut].reshape(threads, rows, grid.shape[2], 2),
-                                **options)
-    channels = chunks.shape[1]
-    out = torch.empty((1, channels, height, grid.shape[2]), dtype=chunks.dtype, device=chunks.device)
-    out[0, :, :cut].view(channels, threads, rows, grid.shape[2]).copy_(chunks.transpose(0, 1))
-    del chunks
-    if cut < height:
-        out[:, :, cut:] = _TORCH_GRID_SAMPLE(input, grid[:, cut:], **options)
+    0.123 s; 0.065 s as two images). Its output rows are sampled in rounds: ``threads`` chunks of
+    equal height (at most ``SAMPLED_PIXELS`` each), as a batch of that many images (the input
+    expanded, not copied), each round put in place in the output; the rows left over are one more
+    call. Each output pixel is computed from its own grid point and the same input alike, so the
+    result is torch's bit for bit."""
+    height, width = grid.shape[1], grid.shape[2]
+    rows = max(1, min(height // threads, SAMPLED_PIXELS // max(width, 1)))
+    block = rows * threads
+    done = height - height % block
+    many = input.expand(threads, -1, -1, -1)
+    out: Optional[torch.Tensor] = None
+    for start in range(0, done, block):
+        chunks = _TORCH_GRID_SAMPLE(many, grid[:, start : start + block].reshape(threads, rows, width, 2), **options)
+        if out is None:
+            out = torch.empty((1, chunks.shape[1], height, width), dtype=chunks.dtype, device=chunks.device)
+        out[0, :, start : start + block].view(chunks.shape[1], threads, rows, width).copy_(chunks.transpose(0, 1))
+        del chunks
+    assert out is not None  # at least one round: height >= 2 * threads (samples_by_rows)
+    if done < height:
+        out[:, :, done:] = _TORCH_GRID_SAMPLE(input, grid[:, done:], **options)
     return out
 
 
