@@ -134,6 +134,71 @@ def test_promoted_filters_stay_the_release_float32_narrowed(name, dtype, mode):
     assert apart.max() <= 1 and (apart > 0).float().mean() <= 1e-3, (apart.max(), (apart > 0).float().mean())
 
 
+def _hysteresis_kernels():
+    from kornia.filters.kernels import get_hysteresis_kernel
+
+    return get_hysteresis_kernel(torch.device("cpu"), torch.float32)
+
+
+def test_neighbour_kernels_by_shifts_are_torchs_convolution():
+    """A convolution with one-hot 3x3 kernels (canny's hysteresis) as shifted planes: bitwise
+    torch's convolution on finite values (zeros of both signs, negatives, the largest float32); a
+    plane with inf, NaN or a subnormal is left to the convolution itself."""
+    from kornia_halfpatch.fixes.filters_conv_hang import neighbour_kernels, neighbours_by_shifts
+
+    kernels = _hysteresis_kernels()
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(3, 1, 23, 31, generator=g) * 100
+    x[0, 0, :5] = 0.0
+    x[0, 0, 5:8] = -0.0
+    x[1, 0, 3, 3] = torch.finfo(torch.float32).max
+    x[2] = (x[2] > 0).float() * 0.5 + (x[2] > 1).float() * 0.5  # canny's 0, 0.5, 1 edges
+    some = kernels[[2, 5, 7]]
+    for weight in (kernels, some):
+        assert neighbour_kernels(x, weight, None, 1, 1, 1, 1)
+        assert bitwise_equal(neighbours_by_shifts(F.conv2d, x, weight), F.conv2d(x, weight, padding=1))
+    for odd in (float("inf"), float("nan"), 1e-40):
+        y = x.clone()
+        y[1, 0, 4, 4] = odd
+        calls = []
+        got = neighbours_by_shifts(lambda *a: calls.append(a) or F.conv2d(*a), y, kernels)
+        assert len(calls) == 1 and bitwise_equal(got, F.conv2d(y, kernels, padding=1))
+    # not one-hot, other paddings, a bias, several channels, a gradient wanted: not these kernels
+    assert not neighbour_kernels(x, kernels * 0.5, None, 1, 1, 1, 1)
+    assert not neighbour_kernels(x, kernels + kernels.flip(-1), None, 1, 1, 1, 1)
+    assert not neighbour_kernels(x, kernels, None, 1, 0, 1, 1)
+    assert not neighbour_kernels(x, kernels, torch.zeros(8), 1, 1, 1, 1)
+    assert not neighbour_kernels(x.expand(3, 2, 23, 31), kernels.expand(8, 2, 3, 3), None, 1, 1, 1, 1)
+    assert not neighbour_kernels(x.double(), kernels.double(), None, 1, 1, 1, 1)
+    assert not neighbour_kernels(x.clone().requires_grad_(), kernels, None, 1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_canny_hysteresis_by_shifts_is_the_release_float32_narrowed(dtype, mode, monkeypatch):
+    """canny of half images: its hysteresis convolutions are the shifted planes inside the float32
+    evaluation (never for the user's float32 call), and both outputs are the release's float32
+    narrowed (the edges bit for bit; the magnitude as test_promoted_filters allows)."""
+    from kornia_halfpatch.fixes import filters_conv_hang
+
+    calls = []
+    real = filters_conv_hang.neighbours_by_shifts
+    monkeypatch.setattr(filters_conv_hang, "neighbours_by_shifts", lambda *a: calls.append(1) or real(*a))
+    x = image(size=80).to(dtype)
+    with testing.isolated(only=()):
+        magnitude, edges = (t.to(dtype) for t in kornia.filters.canny(x.float(), 0.05, 0.2))
+    with testing.isolated(only=ONLY, cpu_half=mode):
+        got_magnitude, got_edges = kornia.filters.canny(x, 0.05, 0.2)
+        assert calls, "the hysteresis took the convolution"
+        calls.clear()
+        kornia.filters.canny(x.float(), 0.05, 0.2)
+        assert calls == []
+    assert got_edges.dtype == dtype and bitwise_equal(got_edges, edges)
+    assert edges.float().sum() > 0 and (edges.float() == 1).sum() < edges.numel()  # edges, and not everywhere
+    apart = ulps_apart(got_magnitude, magnitude)
+    assert apart.max() <= 1 and (apart > 0).float().mean() <= 1e-3
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", ["filter2d", "spatial_gradient"])
 def test_unpromoted_half_filters_in_float32_mode_are_float32_convolutions_narrowed(name, dtype):
