@@ -695,6 +695,7 @@ BANDED = {
     "gaussian_blur2d constant": lambda t, o: kornia.filters.gaussian_blur2d(t, 9, (3.0, 3.0), border_type="constant"),
     "box_blur": lambda t, o: kornia.filters.box_blur(t, (9, 9)),
     "box_blur even kernel": lambda t, o: kornia.filters.box_blur(t, (4, 6), "replicate"),
+    "box_blur separable": lambda t, o: kornia.filters.box_blur(t, (9, 7), separable=True),
     "sobel": lambda t, o: kornia.filters.sobel(t),
     "sobel unnormalized": lambda t, o: kornia.filters.sobel(t, normalized=False),
     "ssim": lambda t, o: kornia.metrics.ssim(t, o, 11),
@@ -746,12 +747,13 @@ class _PaddedLayouts(torch.overrides.TorchFunctionMode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", ["ssim", "gaussian_blur2d", "box_blur"])
+@pytest.mark.parametrize("name", ["ssim", "gaussian_blur2d", "box_blur", "box_blur separable"])
 def test_two_images_keep_their_planes_channels_last_through_the_filters(name, mode):
-    """Two images a banded call (four images: two calls): every plane kornia pads is already
-    channels-last (no conversion per convolution), and the result is the release's float32
-    narrowed, bit for bit; one image keeps NCHW planes."""
-    for batch, layout in ((4, True), (1, False)):
+    """Two images a banded call (four images: two calls) of a filter of two or more convolutions
+    a plane: every plane kornia pads is already channels-last (no conversion per convolution), and
+    the result is the release's float32 narrowed, bit for bit; one image, and a filter of one
+    convolution a plane (box_blur's 2-D kernel), keep NCHW planes."""
+    for batch, layout in ((4, name != "box_blur"), (1, False)):
         x = image(batch=batch, size=64).to(torch.float16)
         other = (x.float() * 0.9 + 0.03).to(torch.float16)
         with testing.isolated(only=()):
