@@ -157,12 +157,18 @@ def test_neighbour_kernels_by_shifts_are_torchs_convolution():
     for weight in (kernels, some):
         assert neighbour_kernels(x, weight, None, 1, 1, 1, 1)
         assert bitwise_equal(neighbours_by_shifts(F.conv2d, x, weight), F.conv2d(x, weight, padding=1))
-    for odd in (float("inf"), float("nan"), 1e-40):
-        y = x.clone()
-        y[1, 0, 4, 4] = odd
-        calls = []
-        got = neighbours_by_shifts(lambda *a: calls.append(a) or F.conv2d(*a), y, kernels)
-        assert len(calls) == 1 and bitwise_equal(got, F.conv2d(y, kernels, padding=1))
+    for flush_denormal in (False, True):  # a subnormal compares as 0 where denormals are flushed
+        torch.set_flush_denormal(flush_denormal)
+        try:
+            # written as bits: a flushing mode would turn an assigned subnormal into 0
+            for odd in (0x7F800000, 0x7FC00000, 0x00000001, 0x80000001 - (1 << 32)):  # inf, NaN, +-subnormal
+                y = x.clone()
+                y.view(torch.int32)[1, 0, 4, 4] = odd
+                calls = []
+                got = neighbours_by_shifts(lambda *a: calls.append(a) or F.conv2d(*a), y, kernels)
+                assert len(calls) == 1 and bitwise_equal(got, F.conv2d(y, kernels, padding=1)), (odd, flush_denormal)
+        finally:
+            torch.set_flush_denormal(False)
     # not one-hot, other paddings, a bias, several channels, a gradient wanted: not these kernels
     assert not neighbour_kernels(x, kernels * 0.5, None, 1, 1, 1, 1)
     assert not neighbour_kernels(x, kernels + kernels.flip(-1), None, 1, 1, 1, 1)

@@ -300,11 +300,14 @@ def neighbours_by_shifts(original: Any, input: torch.Tensor, weight: torch.Tenso
     x exactly (a -0.0 comes out +0.0, as x + 0.0 gives it) where every value is finite and none
     subnormal (a flushing kernel would zero it); anything else is the convolution's own. canny's
     hysteresis on 4x1x1024x1024: the 8-kernel convolution is half its loop's time (measured)."""
-    tiny = torch.finfo(torch.float32).tiny
-    magnitude = input.abs()
-    if not bool(((magnitude == 0) | ((magnitude >= tiny) & (magnitude <= torch.finfo(torch.float32).max))).all()):
+    # Read from the bits, not compared as floats: with denormals flushed (torch.set_flush_denormal,
+    # DAZ) a subnormal compares equal to 0, yet the shift would keep it where the convolution may not.
+    bits = input.contiguous().view(torch.int32)
+    exponent = bits & 0x7F800000
+    finite_and_normal = (exponent != 0x7F800000) & ((exponent != 0) | ((bits & 0x7FFFFFFF) == 0))
+    if not bool(finite_and_normal.all()):
         return original(input, weight, None, 1, 1, 1, 1)
-    del magnitude
+    del bits, exponent, finite_and_normal
     height, width = input.shape[2], input.shape[3]
     padded = torch.nn.functional.pad(input, (1, 1, 1, 1))
     picked = weight.reshape(weight.shape[0], 9).argmax(1).tolist()
