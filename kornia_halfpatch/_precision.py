@@ -221,9 +221,9 @@ def in_float32_evaluation() -> bool:
 
 class _ChannelsLastPlanes(threading.local):
     """Whether this thread is inside a banded float32 evaluation that holds its planes in
-    channels-last (``fixes/_at_scale.py``: one image's band of ``ssim``, ``gaussian_blur2d``,
-    ``box_blur``). There kornia's depthwise float32 convolutions return their channels-last
-    output as it is: converting each of ssim's five filtered planes back to NCHW and the next
+    channels-last (``fixes/_at_scale.py``: two images' bands of ``ssim`` and of the separable
+    filters, ``gaussian_blur2d``). There kornia's depthwise float32 convolutions return their
+    channels-last output as it is: converting each of ssim's five filtered planes back to NCHW and the next
     padded plane into channels-last was a third of its time (4x3x1024x1024 on AVX2, measured).
     Elementwise operations and padding give the same values in either layout."""
 
