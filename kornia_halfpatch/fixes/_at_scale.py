@@ -406,11 +406,14 @@ def takes_broadcast_grid(theta: Any, size: Any, align_corners: Any) -> bool:
 _TORCH_GRID_SAMPLE = torch.nn.functional.grid_sample
 
 
-def samples_by_rows(input: Any, grid: Any, threads: int) -> bool:
+def samples_by_rows(input: Any, grid: Any, threads: int, mode: Any = "bilinear") -> bool:
     """A call ``grid_sample_by_rows`` may answer: one float32 CPU image and its 2-D grid, wanting
-    no gradient, of at least two rows per thread, with threads to share them."""
+    no gradient, of at least two rows per thread, with threads to share them, sampled bilinear or
+    nearest (kornia's warps). Bicubic is left to torch: on torch 2.10-2.12 its reflection padding
+    with align_corners samples a batch otherwise than one image (CI, measured)."""
     return (
         threads > 1
+        and mode in ("bilinear", "nearest")
         and type(input) is torch.Tensor
         and type(grid) is torch.Tensor
         and input.dtype == torch.float32
@@ -477,7 +480,7 @@ class _LargeWarps(TorchFunctionMode):
         if func is _TORCH_GRID_SAMPLE:
             bound = _bound(func, args, kwargs)
             threads = torch.get_num_threads()
-            if bound is not None and samples_by_rows(bound["input"], bound["grid"], threads):
+            if bound is not None and samples_by_rows(bound["input"], bound["grid"], threads, bound.get("mode")):
                 options = {k: v for k, v in bound.items() if k not in ("input", "grid")}
                 return grid_sample_by_rows(bound["input"], bound["grid"], threads, **options)
         return func(*args, **kwargs)
