@@ -188,13 +188,8 @@ def cpu_autocast_accepts(dtype: torch.dtype) -> bool:
         return False
 
 
-class _Float32Evaluation(threading.local):
-    """Whether this thread is inside the shim's float32 evaluation of a half call (a promoted
-    row's widened call): the depth of nested evaluations. The half result is held to the
-    release's float32 result narrowed once, to at most 1 half ulp, not to its float32 bits, so
-    inside it kornia's convolutions may take a faster float32 layout (channels-last depthwise
-    convolution, ``fixes/filters_conv_hang.py``) whose float32 roundings can differ from the
-    release's. A float32 call of the user's is never inside one: its bits stay the release's."""
+class _ThreadDepth(threading.local):
+    """A context entered and left on one thread: the depth of its nesting there."""
 
     depth = 0
 
@@ -203,6 +198,15 @@ class _Float32Evaluation(threading.local):
 
     def __exit__(self, *exc: Any) -> None:
         self.depth -= 1
+
+
+class _Float32Evaluation(_ThreadDepth):
+    """Whether this thread is inside the shim's float32 evaluation of a half call (a promoted
+    row's widened call): the depth of nested evaluations. The half result is held to the
+    release's float32 result narrowed once, to at most 1 half ulp, not to its float32 bits, so
+    inside it kornia's convolutions may take a faster float32 layout (channels-last depthwise
+    convolution, ``fixes/filters_conv_hang.py``) whose float32 roundings can differ from the
+    release's. A float32 call of the user's is never inside one: its bits stay the release's."""
 
     def __repr__(self) -> str:
         # The same in every process (a generated wrapper's bindings are compared warm and cold).
@@ -219,21 +223,13 @@ def in_float32_evaluation() -> bool:
     return FLOAT32_EVALUATION.depth > 0
 
 
-class _ChannelsLastPlanes(threading.local):
+class _ChannelsLastPlanes(_ThreadDepth):
     """Whether this thread is inside a banded float32 evaluation that holds its planes in
     channels-last (``fixes/_at_scale.py``: two images' bands of ``ssim`` and of the separable
     filters, ``gaussian_blur2d``). There kornia's depthwise float32 convolutions return their
     channels-last output as it is: converting each of ssim's five filtered planes back to NCHW and the next
     padded plane into channels-last was a third of its time (4x3x1024x1024 on AVX2, measured).
     Elementwise operations and padding give the same values in either layout."""
-
-    depth = 0
-
-    def __enter__(self) -> None:
-        self.depth += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        self.depth -= 1
 
     def __repr__(self) -> str:
         return f"{__name__}.CHANNELS_LAST_PLANES"
