@@ -624,6 +624,99 @@ def test_a_large_half_warp_is_bitwise_the_release_float32_narrowed_with_the_broa
         torch.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_warp_in_bands_of_grid_rows_is_bitwise_the_release_float32_narrowed(dtype, monkeypatch):
+    """Each image of a large half warp called once per band of output rows (bands of 40 rows of 310 pixels here),
+    its affine grid answered with that band's rows of the broadcast grid: warp_affine (zeros,
+    fill, nearest with reflection and align_corners=False, an output larger and smaller than the
+    input), rotate, and warp_perspective (no affine grid: the whole image at the first call), all
+    bitwise the release's float32 call narrowed; bands only where the probe allows the broadcast
+    grid, and only for one or two images (``whole_images_exceed_float32``)."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 40 * 310)
+    rows_asked = []
+    real = _at_scale.affine_grid_by_broadcast
+    monkeypatch.setattr(_at_scale, "affine_grid_by_broadcast",
+                        lambda theta, size, align_corners, rows=None: rows_asked.append(rows) or real(theta, size, align_corners, rows))
+    broadcast = _at_scale.broadcast_grid_is_torchs(F.affine_grid)
+    x = torch.cat([image(2, 3, 300, seed=4), image(2, 3, 300, seed=5)[..., :10]], -1).to(dtype)  # 300 x 310
+    matrix = torch.tensor([[[0.9, 0.2, 10.0], [-0.1, 1.1, -5.0]], [[1.2, -0.3, 3.0], [0.3, 0.8, 7.0]]]).to(dtype)
+    homography = torch.cat([matrix, torch.tensor([[[1e-4, -2e-4, 1.0]]]).to(dtype).expand(2, 1, 3)], 1)
+    angles = torch.tensor([17.0, -200.0]).to(dtype)
+    fill = torch.tensor([0.2, 0.5, 0.9])
+    warp = kornia.geometry.transform
+    calls_of = {
+        "warp_affine": (lambda t, m: warp.warp_affine(t, m, (290, 320)), 8),
+        "warp_affine fill": (lambda t, m: warp.warp_affine(t, m, (290, 320), padding_mode="fill", fill_value=fill), 8),
+        "warp_affine nearest": (lambda t, m: warp.warp_affine(t, m, (333, 300), mode="nearest",
+                                                              padding_mode="reflection", align_corners=False), 9),
+        "rotate": (lambda t, m: warp.rotate(t, angles.to(t.dtype)), 8),
+        "warp_perspective": (lambda t, m: warp.warp_perspective(t, homography.to(t.dtype), (290, 320)), 0),
+    }
+    for name, (call, bands) in calls_of.items():
+        with testing.isolated(only=()):
+            expected = call(x.float(), matrix.float()).to(dtype)
+        rows_asked.clear()
+        with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling"]):
+            got = call(x, matrix)
+        assert got.dtype == dtype and bitwise_equal(got, expected), name
+        if not broadcast:
+            assert rows_asked == [], name
+            continue
+        assert len(rows_asked) == 2 * bands, name
+        if bands:
+            assert rows_asked[0] == (0, 40 * 310 // got.shape[-1]) and rows_asked[bands - 1][1] == got.shape[-2], name
+            assert all(a[1] == b[0] for a, b in zip(rows_asked[: bands - 1], rows_asked[1:bands])), name
+    # Three images or more: whole images hold less than the release's float32 batch; no bands.
+    x3 = torch.cat([x, x[:1]])
+    with testing.isolated(only=()):
+        expected = warp.rotate(x3.float(), angles[:1].float().expand(3)).to(dtype)
+    rows_asked.clear()
+    with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling"]):
+        got = warp.rotate(x3, angles[:1].expand(3))
+    assert bitwise_equal(got, expected)
+    assert rows_asked == ([None] * 3 if broadcast else [])
+
+
+def test_a_warp_whose_grids_do_not_band_is_left_to_the_widened_original(monkeypatch):
+    """In bands, a release that builds two affine grids a call, or returns rows other than the
+    band's, is not banded (None: the widened original decides); one that builds none is taken whole
+    at the first call; a gradient wanted is the release's float32 graph."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 20)
+    x = image(2, 2, 20).half()
+    theta = torch.tensor([[[1.0, 0.1, 0.0], [0.0, 1.0, 0.1]]])
+    calls = []
+
+    def one_grid(t):
+        calls.append(t.shape)
+        grid = F.affine_grid(theta.expand(t.shape[0], -1, -1), [t.shape[0], 1, 20, 20], align_corners=True)
+        return F.grid_sample(t, grid, align_corners=True)
+
+    def two_grids(t):
+        F.affine_grid(theta, [1, 1, 20, 20], align_corners=True)
+        return one_grid(t)
+
+    def no_grid(t):
+        calls.append(t.shape)
+        return t * 2
+
+    if not _at_scale.broadcast_grid_is_torchs(F.affine_grid):
+        pytest.skip("the broadcast grid is not torch's here: no bands")
+    expected = one_grid(x.float()).half()
+    calls.clear()
+    assert bitwise_equal(_at_scale._each_image_in_grid_bands(one_grid, torch.float16, (x,), {}), expected)
+    assert len(calls) == 4  # two images, two bands each (16 rows, then 4)
+    assert _at_scale._each_image_in_grid_bands(two_grids, torch.float16, (x,), {}) is None
+    assert _at_scale._each_image_in_grid_bands(lambda t: one_grid(t)[..., :3, :], torch.float16, (x,), {}) is None
+    calls.clear()
+    assert bitwise_equal(_at_scale._each_image_in_grid_bands(no_grid, torch.float16, (x,), {}), (x.float() * 2).half())
+    assert len(calls) == 2  # one call an image
+    assert _at_scale._each_image_in_grid_bands(one_grid, torch.float16, (x.clone().requires_grad_(),), {}) is None
+
+
 @pytest.mark.parametrize("rounds", ["one", "several"])
 @pytest.mark.parametrize("height", [9, 40, 41])  # rows left over, none, one
 def test_one_image_sampled_by_rows_is_torchs_grid_sample(height, rounds, monkeypatch):

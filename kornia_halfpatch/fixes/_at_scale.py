@@ -208,15 +208,79 @@ def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
     """A warp (``warp_affine``, ``warp_perspective``, ``rotate``): as ``per_image``, the matrices
     and angles sliced with their image. A large image is called alone inside ``_LargeWarps``
     (its rows sampled on every thread, an affine grid broadcast where that is torch's grid bit
-    for bit): one image's float32 workspace at a time. A small one takes as many images per
-    float32 call as torch has threads (``images_per_call``)."""
+    for bit, and then built and sampled band by band of output rows: ``_each_image_in_grid_bands``):
+    one image's float32 workspace at a time. A small one takes as many images per float32 call
+    as torch has threads (``images_per_call``)."""
     image = arguments[0] if arguments else None
     pixels = image.shape[-2] * image.shape[-1] if isinstance(image, torch.Tensor) and image.dim() >= 2 else 0
     warps = large_warps(pixels)
-    large = isinstance(warps, _LargeWarps)
-    with warps:
-        # A batch with nothing to split (one large image) is called here too, whole, inside the mode.
-        return _each_image(original, dtype, arguments, keywords, count=1 if large else images_per_call(), whole=large)
+    if isinstance(warps, _LargeWarps):
+        if warps.broadcast and image.dim() == 4 and whole_images_exceed_float32(image.shape[0], image.shape[1]):
+            return _each_image_in_grid_bands(original, dtype, arguments, keywords)
+        with warps:
+            # A batch with nothing to split (one large image) is called here too, whole, inside the mode.
+            return _each_image(original, dtype, arguments, keywords, count=1, whole=True)
+    return _each_image(original, dtype, arguments, keywords, count=images_per_call())
+
+
+def whole_images_exceed_float32(batch: int, channels: int) -> bool:
+    """Whether warping a batch's images one whole image at a time would hold more than the
+    release's float32 call: one image's widened copy, float32 grid and float32 output (2C + 2
+    floats a pixel) beside the half output (C halves a pixel an image), against the release's
+    float32 grid and output of every image (C + 2 floats a pixel an image). Three channels:
+    true for one or two images (1x3x4096x4096: 1.6x the release's memory, measured), false from
+    three, where bands of grid rows only add calls (4x3x2048x2048 rotate on AVX-512: 0.34 s
+    whole, 0.43-0.47 s in bands, measured)."""
+    return 4 * (2 * channels + 2) + 2 * batch * channels > 4 * batch * (channels + 2)
+
+
+def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tuple,
+                              keywords: dict) -> Optional[torch.Tensor]:
+    """A large warp image by image, each called once per band of output rows inside
+    ``_LargeWarps(band_start=...)``: the release's affine grid is answered with the broadcast
+    grid's rows of that band alone, so the release samples (and fills) those output rows only,
+    from the whole widened image. The matrix normalisation sees the call's own sizes, and each
+    grid element is computed alone (``affine_grid_by_broadcast``), so every band is the whole
+    call's rows bit for bit; alive at once are the widened image, the half output and one band's
+    float32 grid and output (1x3x4096x4096: 0.19 GiB + 0.09 GiB + 10 MiB, where the whole call
+    keeps a 128 MiB grid and a 192 MiB output besides). A release that builds no affine grid
+    (``warp_perspective``) gives the whole image at the first call, taken as it is; one that
+    builds two, or a result not of the band's rows, leaves the call to the widened original."""
+    image = arguments[0] if arguments else None
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.numel() == 0:
+        return None
+    if _wants_gradient(*(v for v in list(arguments) + list(keywords.values()) if isinstance(v, torch.Tensor))):
+        return None
+    batch = image.shape[0]
+    out: Optional[torch.Tensor] = None
+    for index in range(batch):
+        own_arguments = [_widened(_image(a, index, batch)) for a in arguments]
+        own_keywords = {k: _widened(_image(v, index, batch)) for k, v in keywords.items()}
+        start, height = 0, None
+        while height is None or start < height:
+            band = _LargeWarps(broadcast=True, band_start=start)
+            with band:
+                result = original(*own_arguments, **own_keywords)
+            if not isinstance(result, torch.Tensor) or result.dim() < 3 or result.shape[0] != 1:
+                return None  # not one image's warp: the widened original decides
+            if band.grids == 0:
+                stop, rows = result.shape[-2], result.shape[-2]  # no grid to band: the whole image
+            elif band.grids == 1 and band.height is not None and band.stop is not None:
+                stop, rows = band.stop, band.height
+            else:
+                return None
+            if result.shape[-2] != stop - start or (height is not None and rows != height):
+                return None
+            height = rows
+            if out is None:
+                out = torch.empty((batch,) + tuple(result.shape[1:-2]) + (height, result.shape[-1]), dtype=dtype,
+                                  device=result.device)
+            elif tuple(out.shape[1:-2]) != tuple(result.shape[1:-2]) or out.shape[-2:] != (height, result.shape[-1]):
+                return None
+            out[index : index + 1, ..., start:stop, :] = result
+            del result
+            start = stop
+    return out
 
 
 # The release's histogram equalisation, statement by statement (0.7.0-0.8.3: the same up to quotes
@@ -343,13 +407,16 @@ def _neg_one_to_one(steps: int, align_corners: bool, like: torch.Tensor) -> torc
     return line if align_corners else line * (steps - 1) / steps
 
 
-def affine_grid_by_broadcast(theta: torch.Tensor, size: Any, align_corners: bool) -> torch.Tensor:
+def affine_grid_by_broadcast(theta: torch.Tensor, size: Any, align_corners: bool,
+                             rows: Optional[tuple] = None) -> torch.Tensor:
     """``F.affine_grid(theta, size, align_corners)`` for a (N, 2, 3) theta and 4-D ``size``,
-    computed as ``(t0 * x + t1 * y) + t2`` per output coordinate."""
+    computed as ``(t0 * x + t1 * y) + t2`` per output coordinate; with ``rows=(start, stop)``
+    only those rows of it (each element is computed alone: the same values as the whole grid's)."""
     batch, height, width = int(size[0]), int(size[2]), int(size[3])
+    start, stop = rows if rows is not None else (0, height)
     xs = _neg_one_to_one(width, align_corners, theta)
-    ys = _neg_one_to_one(height, align_corners, theta)[:, None]
-    grid = torch.empty((batch, height, width, 2), dtype=theta.dtype, device=theta.device)
+    ys = _neg_one_to_one(height, align_corners, theta)[start:stop, None]
+    grid = torch.empty((batch, stop - start, width, 2), dtype=theta.dtype, device=theta.device)
     for k in range(2):
         row = theta[:, k, :, None, None]
         coordinate = grid[..., k]
@@ -471,22 +538,45 @@ def grid_sample_by_rows(input: torch.Tensor, grid: torch.Tensor, threads: int, *
     return out
 
 
+# Output pixels per band of a large warp's grid: a band's float32 grid and 3-channel output are
+# 10 MiB beside the widened image (1x3x4096x4096: 128 rows a band; bands of 2^20 pixels held
+# 1.00-1.05x the release's float32 memory, of 2^19 0.92-1.00x, measured on AVX-512).
+GRID_BAND_PIXELS = 1 << 19
+
+
+def grid_band_rows(width: int) -> int:
+    return max(GRID_BAND_PIXELS // max(width, 1), 16)
+
+
 class _LargeWarps(TorchFunctionMode):
     """Around the float32 evaluation of a large half warp: torch's ``affine_grid`` answered by
     ``affine_grid_by_broadcast`` where it takes the call (and the probe allowed it: ``broadcast``),
     torch's ``grid_sample`` of one image by ``grid_sample_by_rows``; every other function, and
-    every other call, torch's own."""
+    every other call, torch's own. With ``band_start``, the grid answered is only the rows from
+    there (``grid_band_rows`` of them, to ``stop``), and the mode counts the ``grids`` it banded and
+    the full ``height`` they were asked for."""
 
-    def __init__(self, broadcast: bool) -> None:
+    def __init__(self, broadcast: bool, band_start: Optional[int] = None) -> None:
         super().__init__()
         self.broadcast = broadcast
+        self.band_start = band_start
+        self.grids = 0
+        self.height: Optional[int] = None
+        self.stop: Optional[int] = None
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
         if func is _TORCH_AFFINE_GRID and self.broadcast and len(args) + len(kwargs) == 3:
             bound = _bound(func, args, kwargs)
             if bound is not None and takes_broadcast_grid(bound["theta"], bound["size"], bound["align_corners"]):
-                return affine_grid_by_broadcast(bound["theta"], bound["size"], bound["align_corners"])
+                rows = None
+                if self.band_start is not None:
+                    height, width = bound["size"][2], bound["size"][3]
+                    self.grids += 1
+                    self.height = height
+                    self.stop = min(self.band_start + grid_band_rows(width), height)
+                    rows = (min(self.band_start, self.stop), self.stop)
+                return affine_grid_by_broadcast(bound["theta"], bound["size"], bound["align_corners"], rows)
         if func is _TORCH_GRID_SAMPLE:
             bound = _bound(func, args, kwargs)
             threads = torch.get_num_threads()
