@@ -242,7 +242,7 @@ def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tupl
     from the whole widened image. The matrix normalisation sees the call's own sizes, and each
     grid element is computed alone (``affine_grid_by_broadcast``), so every band is the whole
     call's rows bit for bit; alive at once are the widened image, the half output and one band's
-    float32 grid and output (1x3x4096x4096: 0.19 GiB + 0.09 GiB + 10 MiB, where the whole call
+    float32 grid and output (1x3x4096x4096: 0.19 GiB + 0.09 GiB + 8 MiB, where the whole call
     keeps a 128 MiB grid and a 192 MiB output besides). A release that builds no affine grid
     (``warp_perspective``) gives the whole image at the first call, taken as it is; one that
     builds two, or a result not of the band's rows, leaves the call to the widened original."""
@@ -253,6 +253,7 @@ def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tupl
         return None
     batch = image.shape[0]
     out: Optional[torch.Tensor] = None
+    previous: Optional[torch.Tensor] = None
     for index in range(batch):
         own_arguments = [_widened(_image(a, index, batch)) for a in arguments]
         own_keywords = {k: _widened(_image(v, index, batch)) for k, v in keywords.items()}
@@ -278,8 +279,14 @@ def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tupl
             elif tuple(out.shape[1:-2]) != tuple(result.shape[1:-2]) or out.shape[-2:] != (height, result.shape[-1]):
                 return None
             out[index : index + 1, ..., start:stop, :] = result
+            # As in _each_image: the band's result, allocated after its grid, kept until the next
+            # band's exists, leaves glibc no free heap top to trim and fault in again per band
+            # (1x3x4096x4096 rotate float16 on 0.8.2: 190K -> 75K page faults a call, 0.49 ->
+            # 0.31 s; one band's output more, 3 MiB).
+            previous = result
             del result
             start = stop
+    del previous
     return out
 
 
@@ -539,9 +546,10 @@ def grid_sample_by_rows(input: torch.Tensor, grid: torch.Tensor, threads: int, *
 
 
 # Output pixels per band of a large warp's grid: a band's float32 grid and 3-channel output are
-# 10 MiB beside the widened image (1x3x4096x4096: 128 rows a band; bands of 2^20 pixels held
-# 1.00-1.05x the release's float32 memory, of 2^19 0.92-1.00x, measured on AVX-512).
-GRID_BAND_PIXELS = 1 << 19
+# 5 MiB beside the widened image (1x3x4096x4096: 64 rows a band). Measured on AVX-512, shim /
+# the release's float32 memory: bands of 2^20 pixels 1.00-1.05x, of 2^19 0.92-1.00x (0.99-1.01x
+# with the previous band kept, below), of 2^18 with it 0.92-0.97x.
+GRID_BAND_PIXELS = 1 << 18
 
 
 def grid_band_rows(width: int) -> int:
