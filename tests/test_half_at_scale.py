@@ -631,7 +631,7 @@ def test_a_large_half_warp_in_bands_of_grid_rows_is_bitwise_the_release_float32_
     fill, nearest with reflection and align_corners=False, an output larger and smaller than the
     input), rotate, and warp_perspective (no affine grid: the whole image at the first call), all
     bitwise the release's float32 call narrowed; bands only where the probe allows the broadcast
-    grid, and only for one or two images (``whole_images_exceed_float32``)."""
+    grid, and only for one or two images (``whole_images_exceed_float32``) or large ones."""
     from kornia_halfpatch.fixes import _at_scale
 
     monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 40 * 310)
@@ -668,7 +668,9 @@ def test_a_large_half_warp_in_bands_of_grid_rows_is_bitwise_the_release_float32_
         if bands:
             assert rows_asked[0] == (0, 40 * 310 // got.shape[-1]) and rows_asked[bands - 1][1] == got.shape[-2], name
             assert all(a[1] == b[0] for a, b in zip(rows_asked[: bands - 1], rows_asked[1:bands])), name
-    # Three images or more: whole images hold less than the release's float32 batch; no bands.
+    # Three images or more: whole images hold less than the release's float32 batch; no bands
+    # below BANDED_WARP_PIXELS, bands from there.
+    monkeypatch.setattr(_at_scale, "BANDED_WARP_PIXELS", 300 * 310 + 1)
     x3 = torch.cat([x, x[:1]])
     with testing.isolated(only=()):
         expected = warp.rotate(x3.float(), angles[:1].float().expand(3)).to(dtype)
@@ -677,6 +679,11 @@ def test_a_large_half_warp_in_bands_of_grid_rows_is_bitwise_the_release_float32_
         got = warp.rotate(x3, angles[:1].expand(3))
     assert bitwise_equal(got, expected)
     assert rows_asked == ([None] * 3 if broadcast else [])
+    monkeypatch.setattr(_at_scale, "BANDED_WARP_PIXELS", 300 * 310)
+    rows_asked.clear()
+    with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling"]):
+        assert bitwise_equal(warp.rotate(x3, angles[:1].expand(3)), expected)
+    assert len(rows_asked) == (3 * 8 if broadcast else 0)
 
 
 def test_a_warp_whose_grids_do_not_band_is_left_to_the_widened_original(monkeypatch):

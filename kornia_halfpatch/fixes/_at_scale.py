@@ -215,7 +215,8 @@ def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
     pixels = image.shape[-2] * image.shape[-1] if isinstance(image, torch.Tensor) and image.dim() >= 2 else 0
     warps = large_warps(pixels)
     if isinstance(warps, _LargeWarps):
-        if warps.broadcast and image.dim() == 4 and whole_images_exceed_float32(image.shape[0], image.shape[1]):
+        if warps.broadcast and image.dim() == 4 and (pixels >= BANDED_WARP_PIXELS or
+                                                     whole_images_exceed_float32(image.shape[0], image.shape[1])):
             return _each_image_in_grid_bands(original, dtype, arguments, keywords)
         with warps:
             # A batch with nothing to split (one large image) is called here too, whole, inside the mode.
@@ -223,14 +224,20 @@ def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
     return _each_image(original, dtype, arguments, keywords, count=images_per_call())
 
 
+# Pixels of an image whose warp is banded whatever the batch: a band's release call costs ~0.5 ms
+# of Python, and from 2048x2048 the bands' reused heap saves more (4x3x2048x2048 rotate on
+# AVX-512: 0.91-1.06x the release's float32 time in bands, 1.03-1.14x whole; 155K -> 74K page
+# faults a call), where at 1024x1024 they cost (rotate 0.067-0.071 s in bands, 0.060-0.068 s whole).
+BANDED_WARP_PIXELS = 1 << 22
+
+
 def whole_images_exceed_float32(batch: int, channels: int) -> bool:
     """Whether warping a batch's images one whole image at a time would hold more than the
     release's float32 call: one image's widened copy, float32 grid and float32 output (2C + 2
     floats a pixel) beside the half output (C halves a pixel an image), against the release's
     float32 grid and output of every image (C + 2 floats a pixel an image). Three channels:
-    true for one or two images (1x3x4096x4096: 1.6x the release's memory, measured), false from
-    three, where bands of grid rows only add calls (4x3x2048x2048 rotate on AVX-512: 0.34 s
-    whole, 0.43-0.47 s in bands, measured)."""
+    true for one or two images (1x3x4096x4096 whole: 1.6x the release's memory, measured), false
+    from three."""
     return 4 * (2 * channels + 2) + 2 * batch * channels > 4 * batch * (channels + 2)
 
 
