@@ -907,3 +907,143 @@ def test_bands_cover_every_row_once_and_leave_small_images_whole():
     assert _at_scale._bands(256, 256, 11) == [(0, 256)]  # a small image: whole
     assert _at_scale._bands(4096, 4096, None) == [(0, 4096)]  # a reach not known: the image whole
     assert _at_scale._bands(300, 8000, 100) == [(0, 300)]  # halos as tall as the image: whole
+
+
+def _augmentations():
+    augmentation = kornia.augmentation
+    return {
+        "RandomAffine": lambda: augmentation.RandomAffine(30.0, (0.1, 0.1), (0.8, 1.2), (5.0, 10.0), p=0.6),
+        "RandomRotation": lambda: augmentation.RandomRotation(40.0, p=0.6),
+        "RandomShear": lambda: augmentation.RandomShear((-10.0, 10.0), p=0.6),
+        "RandomTranslate": lambda: augmentation.RandomTranslate(0.2, 0.2, p=0.6),
+        "RandomPerspective": lambda: augmentation.RandomPerspective(0.5, p=0.6),
+    }
+
+
+def _spy_forwards(monkeypatch):
+    """The shapes of the images each release forward of the augmentation entry receives."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    shapes = []
+    real = augmentation_pipeline._forward_by_images
+
+    def spy(original, *rest):
+        def counted(module, image, *args, **kwargs):
+            shapes.append(tuple(image.shape))
+            return original(module, image, *args, **kwargs)
+
+        counted.__qualname__ = original.__qualname__
+        return real(counted, *rest)
+
+    monkeypatch.setattr(augmentation_pipeline, "_forward_by_images", spy)
+    return shapes
+
+
+@pytest.mark.parametrize("path", ["chunks", "bands"])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(_augmentations()))
+def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bitwise(name, dtype, path, monkeypatch):
+    """A per-image warp augmentation of a large half batch, forward by forward of a few images
+    (chunks) or of one image band by band of output rows (bands; RandomPerspective builds no affine
+    grid: its image whole): the output is the release's float32 call narrowed, bit for bit, and
+    ``_params``, the random stream after the call, ``transform_matrix`` (narrowed) and the inverse
+    are the float32 call's. Seven images, p=0.6: applied and passed-through images in one chunk."""
+    from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
+
+    pixels = 96 * 100
+    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", pixels)
+    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 2 * pixels if path == "chunks" else pixels)
+    monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
+    monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
+    if path == "bands" and not _at_scale.takes_grid_bands(pixels):
+        pytest.skip("the broadcast grid is not torch's here: no bands")
+    shapes = _spy_forwards(monkeypatch)
+    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    with testing.isolated(only=()):
+        reference = _augmentations()[name]()
+        torch.manual_seed(5)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+        expected_inverse = reference.inverse(expected)
+    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+        augment = _augmentations()[name]()
+        torch.manual_seed(5)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
+        applied = augment._params["batch_prob"] > 0.5
+        assert 0 < int(applied.sum()) < 7  # both kinds of image in the batch
+        assert set(augment._params) == set(reference._params)
+        assert all(torch.equal(augment._params[k], reference._params[k]) for k in reference._params)
+        assert augment.transform_matrix.dtype == dtype
+        assert bitwise_equal(augment.transform_matrix, reference.transform_matrix.to(dtype))
+        assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+    del expected_inverse
+    if path == "chunks":
+        assert shapes == [(2, 3, 96, 100)] * 3 + [(1, 3, 96, 100)]
+    else:
+        bands = 1 if name == "RandomPerspective" else 6  # 16 rows a band
+        expected_shapes = [(1, 3, 96, 100)] * sum(bands if a else 1 for a in applied.tolist())
+        assert shapes == expected_shapes
+
+
+def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monkeypatch):
+    """What is not a per-image warp of a large half batch keeps one whole float32 forward, bitwise
+    the release's narrowed: given parameters, a wanted gradient, an augmentation outside the table,
+    a container (its children see float32), small images, and drawn parameters of an unexpected
+    form (then the whole call with the parameters already drawn: the random stream stays the
+    release's)."""
+    from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
+
+    pixels = 64 * 64
+    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", pixels)
+    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", pixels)
+    monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
+    shapes = _spy_forwards(monkeypatch)
+    x = image(3, 3, 64, seed=8).half()
+    augmentation = kornia.augmentation
+    given = augmentation.RandomRotation(30.0, p=1.0)
+    given(x.float())
+    params = dict(given._params)
+    cases = {
+        "given parameters": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t, params)),
+        "a gradient": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t.requires_grad_())),
+        "not in the table": (lambda: augmentation.RandomElasticTransform(p=1.0), lambda m, t: m(t)),
+        "a container": (lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0)),
+                        lambda m, t: m(t)),
+        "small images": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t[..., :63, :])),
+        "unexpected parameters": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t)),
+    }
+    for name, (build, call) in cases.items():
+        if name == "unexpected parameters":
+            monkeypatch.setitem(augmentation_pipeline.WARPS_BY_IMAGE, "RandomRotation", ("angle",))
+        with testing.isolated(only=()):
+            torch.manual_seed(2)
+            expected = call(build(), x.float().clone())
+            stream = torch.random.get_rng_state()
+        shapes.clear()
+        with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+            torch.manual_seed(2)
+            got = call(build(), x.clone())
+        assert torch.equal(torch.random.get_rng_state(), stream), name
+        assert got.dtype == torch.float16 and bitwise_equal(got.detach(), expected.detach().half()), name
+        assert all(shape[0] == 3 for shape in shapes), name  # whole batches only
+    assert shapes == [(3, 3, 64, 64)]  # the unexpected parameters: one whole forward, params given
+
+
+def test_a_float32_augmentation_is_never_split(monkeypatch):
+    """The user's float32 batch: the release's forward untouched, whatever its size."""
+    from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
+
+    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", 1)
+    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 1)
+    monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", 1)
+    shapes = _spy_forwards(monkeypatch)
+    x = image(3, 3, 48, seed=9)
+    with testing.isolated(only=()):
+        torch.manual_seed(4)
+        expected = kornia.augmentation.RandomAffine(20.0, p=1.0)(x)
+    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+        torch.manual_seed(4)
+        got = kornia.augmentation.RandomAffine(20.0, p=1.0)(x)
+    assert bitwise_equal(got, expected) and shapes == []

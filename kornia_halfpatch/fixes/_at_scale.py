@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -243,7 +243,27 @@ def whole_images_exceed_float32(batch: int, channels: int) -> bool:
 
 def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tuple,
                               keywords: dict) -> Optional[torch.Tensor]:
-    """A large warp image by image, each called once per band of output rows inside
+    """A large warp image by image (``warp_in_grid_bands``), each image's matrices and angles
+    sliced with it and widened once for all its bands."""
+    image = arguments[0] if arguments else None
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.numel() == 0:
+        return None
+    if _wants_gradient(*(v for v in list(arguments) + list(keywords.values()) if isinstance(v, torch.Tensor))):
+        return None
+    batch = image.shape[0]
+
+    def images() -> Iterator[Callable[[], Any]]:
+        for index in range(batch):
+            own_arguments = [_widened(_image(a, index, batch)) for a in arguments]
+            own_keywords = {k: _widened(_image(v, index, batch)) for k, v in keywords.items()}
+            yield lambda: original(*own_arguments, **own_keywords)
+
+    return warp_in_grid_bands(images(), batch, dtype)
+
+
+def warp_in_grid_bands(images: Iterator[Callable[[], Any]], batch: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A large warp image by image, ``images`` giving for each image of the batch in turn the
+    release's float32 call of it alone, called once per band of output rows inside
     ``_LargeWarps(band_start=...)``: the release's affine grid is answered with the broadcast
     grid's rows of that band alone, so the release samples (and fills) those output rows only,
     from the whole widened image. The matrix normalisation sees the call's own sizes, and each
@@ -251,24 +271,20 @@ def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tupl
     call's rows bit for bit; alive at once are the widened image, the half output and one band's
     float32 grid and output (1x3x4096x4096: 0.19 GiB + 0.09 GiB + 8 MiB, where the whole call
     keeps a 128 MiB grid and a 192 MiB output besides). A release that builds no affine grid
-    (``warp_perspective``) gives the whole image at the first call, taken as it is; one that
-    builds two, or a result not of the band's rows, leaves the call to the widened original."""
-    image = arguments[0] if arguments else None
-    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.numel() == 0:
-        return None
-    if _wants_gradient(*(v for v in list(arguments) + list(keywords.values()) if isinstance(v, torch.Tensor))):
-        return None
-    batch = image.shape[0]
+    (``warp_perspective``, an augmentation not applied to the image) gives the whole image at the
+    first call, taken as it is; one that builds two, or a result not of the band's rows, leaves
+    the call to the widened original (None)."""
     out: Optional[torch.Tensor] = None
     previous: Optional[torch.Tensor] = None
-    for index in range(batch):
-        own_arguments = [_widened(_image(a, index, batch)) for a in arguments]
-        own_keywords = {k: _widened(_image(v, index, batch)) for k, v in keywords.items()}
+    index = -1
+    for index, call in enumerate(images):
+        if index >= batch:
+            return None
         start, height = 0, None
         while height is None or start < height:
             band = _LargeWarps(broadcast=True, band_start=start)
             with band:
-                result = original(*own_arguments, **own_keywords)
+                result = call()
             if not isinstance(result, torch.Tensor) or result.dim() < 3 or result.shape[0] != 1:
                 return None  # not one image's warp: the widened original decides
             if band.grids == 0:
@@ -294,7 +310,7 @@ def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tupl
             del result
             start = stop
     del previous
-    return out
+    return out if index == batch - 1 else None
 
 
 # The release's histogram equalisation, statement by statement (0.7.0-0.8.3: the same up to quotes
@@ -613,6 +629,13 @@ def large_warps(pixels: int) -> Any:
     if pixels < BROADCAST_GRID_PIXELS or is_compiling() or torch.jit.is_tracing():
         return contextlib.nullcontext()
     return _LargeWarps(broadcast=broadcast_grid_is_torchs(_TORCH_AFFINE_GRID))
+
+
+def takes_grid_bands(pixels: int) -> bool:
+    """Whether a float32 evaluation of a half warp of ``pixels`` per image may be banded by
+    ``warp_in_grid_bands``: eager, a large image, and the broadcast grid torch's on this machine."""
+    warps = large_warps(pixels)
+    return isinstance(warps, _LargeWarps) and warps.broadcast
 
 
 def _bound(original: Any, arguments: tuple, keywords: dict) -> Optional[dict]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
 
 from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context
-from ._at_scale import large_warps
+from .._torch_compat import is_compiling
+from ._at_scale import large_warps, takes_grid_bands, warp_in_grid_bands
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -217,11 +218,141 @@ def _release_call(original: Any, module: torch.nn.Module, args: tuple, kwargs: D
         return original(module, *args, **kwargs)
 
 
+# Augmentations whose forward warps each image by its own matrix, built from parameters drawn one
+# row per applied image (class name -> those parameters' names). A large half batch's forward runs
+# image by image (``_forward_by_images``): the parameters drawn once for the whole batch, as the
+# release draws them, and each chunk's float32 forward warps its own rows of them.
+WARPS_BY_IMAGE = {
+    "RandomAffine": ("translations", "center", "scale", "angle", "shear_x", "shear_y"),
+    "RandomRotation": ("degrees",),
+    "RandomShear": ("center", "shear_x", "shear_y"),
+    "RandomTranslate": ("translate_x", "translate_y"),
+    "RandomPerspective": ("start_points", "end_points"),
+}
+# Parameters of the whole batch: one applied/not flag per image, and the input's shape.
+BATCH_PARAMETERS = ("batch_prob", "forward_input_shape")
+
+# Pixels a float32 forward of a chunk warps at most (one 1024x1024 image, sixteen of 256x256): the
+# widened batch, the release's float32 grid and output (2C + 2 floats a pixel) and the half output
+# were 1.6-1.8x the release's float32 memory for 4x3x1024x1024 RandomAffine (measured); a chunk of
+# the batch holds that much only for its images. Below 2^16 pixels an image the whole batch is one
+# call: a chunk's forward costs ~1 ms of Python.
+CHUNK_PIXELS = 1 << 20
+CHUNKED_IMAGE_PIXELS = 1 << 16
+
+
+def _warps_by_image(module: torch.nn.Module) -> Optional[Tuple[str, ...]]:
+    kind = type(module)
+    if not kind.__module__.startswith("kornia.augmentation."):
+        return None  # a user's subclass may draw or warp otherwise
+    return WARPS_BY_IMAGE.get(kind.__name__)
+
+
+def _rows_by_image(params: Dict[str, Any], per_image: Tuple[str, ...], batch: int) -> Optional[torch.Tensor]:
+    """The applied/not flag of each image, where the drawn parameters are exactly the row's: one row
+    per applied image of each per-image parameter, one flag per image; else None."""
+    flags = params.get("batch_prob")
+    if set(params) != set(per_image) | set(BATCH_PARAMETERS) or not isinstance(flags, torch.Tensor):
+        return None
+    if flags.shape != (batch,):
+        return None
+    to_apply = flags > 0.5  # as the release reads it (relaxed distributions)
+    applied = int(to_apply.sum())
+    if not all(isinstance(params[k], torch.Tensor) and params[k].dim() > 0 and params[k].shape[0] == applied
+               for k in per_image):
+        return None
+    return to_apply
+
+
+def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
+                       dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A large half batch through a per-image warp augmentation (``WARPS_BY_IMAGE``) image by
+    image, each output narrowed straight into the half output; None where the call is not one (the
+    whole widened call then runs).
+
+    The parameters are drawn once, by the release's ``forward_parameters`` for the batch's shape:
+    the same generator calls as the release's forward makes (same seed, same stream). Each chunk's
+    forward gets its images' rows of them (``params=``) and warps each image by the same float32
+    operations as the whole batch's call (matrices and grids are built image by image): the output,
+    ``_params`` and ``transform_matrix`` are the whole call's, bit for bit (tested). An image of at
+    least ``CHUNK_PIXELS`` is warped band by band of output rows (``warp_in_grid_bands``, where the
+    broadcast grid is torch's): its forward is called once per band, each answered with its band's
+    rows of the grid."""
+    per_image = _warps_by_image(module)
+    if per_image is None or kwargs or getattr(original, "__qualname__", "") != "_BasicAugmentationBase.forward":
+        return None
+    if not 1 <= len(args) <= 2 or (len(args) == 2 and args[1] is not None):
+        return None  # given parameters (a container's replay): the whole call
+    image = args[0]
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype not in HALF_DTYPES:
+        return None
+    batch, pixels = image.shape[0], image.shape[-2] * image.shape[-1]
+    count = max(1, CHUNK_PIXELS // max(pixels, 1))
+    in_bands = pixels >= CHUNK_PIXELS and takes_grid_bands(pixels)
+    if pixels < CHUNKED_IMAGE_PIXELS or (batch <= count and not in_bands) or image.numel() == 0:
+        return None
+    if is_compiling() or torch.jit.is_tracing() or (torch.is_grad_enabled() and image.requires_grad):
+        return None  # traced, or a gradient: the whole release call's graph
+    if _float32_state(module):
+        return None  # half parameters: the whole call, reparametrised
+    params = module.forward_parameters(image.shape)
+    to_apply = _rows_by_image(params, per_image, batch)
+
+    def whole() -> Any:
+        # Drawn already: the whole float32 forward with these parameters is the release's call.
+        with large_warps(pixels):
+            return original(module, image.float(), params=params)
+
+    if to_apply is None:
+        return whole()
+
+    def own(start: int, stop: int) -> Dict[str, Any]:
+        first, last = int(to_apply[:start].sum()), int(to_apply[:stop].sum())
+        rows = {key: value[first:last] if key in per_image else value for key, value in params.items()}
+        rows["batch_prob"] = params["batch_prob"][start:stop]
+        return rows
+
+    matrices: List[Any] = []
+    out: Optional[torch.Tensor] = None
+    if in_bands:
+        def images() -> Iterator[Callable[[], Any]]:
+            for index in range(batch):
+                widened, rows = image[index : index + 1].float(), own(index, index + 1)
+                yield lambda: original(module, widened, params=rows)
+                matrices.append(module.__dict__.get("_transform_matrix"))
+
+        out = warp_in_grid_bands(images(), batch, dtype)
+    else:
+        for start in range(0, batch, count):
+            stop = min(start + count, batch)
+            with large_warps(pixels):
+                result = original(module, image[start:stop].float(), params=own(start, stop))
+            if not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.shape[0] != stop - start:
+                return whole()  # not image by image after all
+            if out is None:
+                out = torch.empty((batch,) + tuple(result.shape[1:]), dtype=dtype, device=result.device)
+            out[start:stop] = result
+            matrices.append(module.__dict__.get("_transform_matrix"))
+            del result
+    if out is None or not all(isinstance(m, torch.Tensor) and m.dim() == 3 for m in matrices) or (
+            sum(m.shape[0] for m in matrices) != batch):
+        return whole()
+    module._params = params
+    module._transform_matrix = torch.cat(matrices)
+    return out
+
+
 def _promoted_call(
-    original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype
+    original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype,
+    pixels: int,
 ) -> Any:
     before = _put_back_float32_matrices(module)
-    output = _release_call(original, module, _widen(args), _widen(kwargs))
+    output = _forward_by_images(original, module, args, kwargs, dtype)
+    if output is None:
+        # Inside it a large image's affine grid is broadcast where that is torch's grid bit for
+        # bit (fixes/_at_scale.py).
+        with large_warps(pixels):
+            output = _release_call(original, module, _widen(args), _widen(kwargs))
     _narrow_matrices(module, dtype, before)
     return _narrow(output, _output_reference(data, output), dtype)
 
@@ -239,11 +370,10 @@ def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[
                 return original(module, *args, **kwargs)
         return original(module, *args, **kwargs)
     # The shim's float32 evaluation of a half call: inside it the depthwise filters take their
-    # channels-last float32 form and a large image's affine grid is broadcast where that is
-    # torch's grid bit for bit (fixes/_at_scale.py).
+    # channels-last float32 form (fixes/_at_scale.py).
     pixels = first.shape[-2] * first.shape[-1] if first.dim() >= 2 else 0
-    with float32_context(first), FLOAT32_EVALUATION, large_warps(pixels):
-        return _promoted_call(original, module, args, kwargs, data, first.dtype)
+    with float32_context(first), FLOAT32_EVALUATION:
+        return _promoted_call(original, module, args, kwargs, data, first.dtype, pixels)
 
 
 def build_entry_point(original: Any) -> Any:
