@@ -96,7 +96,35 @@ def cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
     return {"gaussian_blur2d": gaussian_blur2d, "resize_antialias": resize_antialias, "ssim": ssim,
             "equalize": equalize, "rotate": rotate, "RandomAffine": random_affine, "warp_affine": warp_affine,
             "rgb_to_hsv": rgb_to_hsv, "rgb_to_lab": rgb_to_lab, "box_blur": box_blur, "sobel": sobel,
-            "canny": canny}
+            "canny": canny, **other_cases()}
+
+
+def other_cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
+    """More of the image-sized functions the shim promotes wholesale (``--others``): name -> builder."""
+    import torch
+    import kornia
+
+    def per_image(x, *values):
+        return torch.tensor([list(values)]).expand(x.shape[0], len(values)).to(x.dtype)
+
+    transform = kornia.geometry.transform
+    return {
+        "rgb_to_grayscale": lambda x: lambda: kornia.color.rgb_to_grayscale(x),
+        "adjust_hue": lambda x: lambda: kornia.enhance.adjust_hue(x, 0.5),
+        "adjust_saturation": lambda x: lambda: kornia.enhance.adjust_saturation(x, 1.5),
+        "median_blur": lambda x: lambda: kornia.filters.median_blur(x, (3, 3)),
+        "blur_pool2d": lambda x: lambda: kornia.filters.blur_pool2d(x, 3),
+        "max_blur_pool2d": lambda x: lambda: kornia.filters.max_blur_pool2d(x, 3),
+        "affine": lambda x: (lambda m: lambda: transform.affine(x, m))(
+            torch.tensor([[0.9, -0.1, 12.0], [0.12, 0.95, -7.0]]).expand(x.shape[0], 2, 3).to(x.dtype)),
+        "translate": lambda x: (lambda t: lambda: transform.translate(x, t))(per_image(x, 10.0, -5.0)),
+        "scale": lambda x: (lambda t: lambda: transform.scale(x, t))(per_image(x, 1.2, 0.9)),
+        "shear": lambda x: (lambda t: lambda: transform.shear(x, t))(per_image(x, 0.1, -0.05)),
+        "center_crop": lambda x: lambda: transform.center_crop(x, (x.shape[-2] // 2, x.shape[-1] // 2)),
+        "psnr": lambda x: (lambda y: lambda: kornia.metrics.psnr(x, y, 1.0))((x.float() * 0.9 + 0.05).to(x.dtype)),
+        "ssim_loss": lambda x: (lambda y: lambda: kornia.losses.ssim_loss(x, y, 11))(
+            (x.float() * 0.9 + 0.05).to(x.dtype)),
+    }
 
 
 def _status_kib(key: str) -> int:
@@ -253,6 +281,8 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--size", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
     parser.add_argument("--no-shim", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--others", action="store_true",
+                        help="instead of the issue's operations, more of the functions the shim promotes wholesale")
     parser.add_argument("--float32-overhead", action="store_true",
                         help="instead: each operation's float32 time with the shim over without it, in one process")
     args = parser.parse_args(argv)
@@ -266,7 +296,8 @@ def main(argv: List[str] = None) -> int:
     import torch
     import kornia
 
-    names = [n for n in cases() if not args.only or n in args.only]
+    others = other_cases()
+    names = [n for n in cases() if (n in args.only if args.only else (n in others) == args.others)]
     caps = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
     if args.float32_overhead:
         return _float32_overheads(names, args, f"kornia {kornia.__version__}, torch {torch.__version__}, "

@@ -289,6 +289,22 @@ EVALUATED = {
     "rotate": lambda t, o, s, m: kornia.geometry.transform.rotate(t, s[:, 0]),
     "warp_affine": lambda t, o, s, m: kornia.geometry.transform.warp_affine(t, m[:, :2], (50, 60)),
     "warp_perspective": lambda t, o, s, m: kornia.geometry.transform.warp_perspective(t, m, (50, 60)),
+    "affine": lambda t, o, s, m: kornia.geometry.transform.affine(t, m[:, :2]),
+    "translate": lambda t, o, s, m: kornia.geometry.transform.translate(t, s * 4),
+    "scale": lambda t, o, s, m: kornia.geometry.transform.scale(t, s),
+    "scale about a centre": lambda t, o, s, m: kornia.geometry.transform.scale(t, s, s * 8),
+    "shear": lambda t, o, s, m: kornia.geometry.transform.shear(t, s / 8),
+    "crop_by_transform_mat": lambda t, o, s, m: kornia.geometry.transform.crop_by_transform_mat(t, m, (40, 50)),
+    "center_crop": lambda t, o, s, m: kornia.geometry.transform.center_crop(t, (41, 50)),
+    # per pixel, a scalar factor
+    "rgb_to_grayscale": lambda t, o, s, m: kornia.color.rgb_to_grayscale(t),
+    "adjust_hue": lambda t, o, s, m: kornia.enhance.adjust_hue(t, 0.7),
+    "adjust_saturation": lambda t, o, s, m: kornia.enhance.adjust_saturation(t, 1.6),
+    # per-image factors (a tensor argument): not tiled, the whole widened call
+    "adjust_hue per-image factors": lambda t, o, s, m: kornia.enhance.adjust_hue(t, s[:, 0] - 1.5),
+    # image by image
+    "blur_pool2d": lambda t, o, s, m: kornia.filters.blur_pool2d(t, 3),
+    "max_blur_pool2d": lambda t, o, s, m: kornia.filters.max_blur_pool2d(t, 3),
 }
 
 

@@ -41,6 +41,9 @@ _row = table(Promote, optional=True)
 FILTER_IN_BANDS = f"{__package__}._at_scale:filter_in_bands"
 # A half image evaluated tile by tile of pixels (colour conversions: each pixel's channels alone).
 PER_PIXEL = f"{__package__}._at_scale:per_pixel"
+# A half batch evaluated one image at a time (strided pooling: each image's float32 copy and
+# temporaries alone, narrowed straight into the output).
+PER_IMAGE = f"{__package__}._at_scale:per_image"
 
 ZERO_CHROMA = "on gray pixels the chroma is 0 and eps=1e-8 is 0 in float16: 0/0 = NaN hue"
 
@@ -147,13 +150,13 @@ ROWS = (
          "in bfloat16): in float32", evaluate=PER_PIXEL),
     _row("kornia.color.gray:rgb_to_grayscale",
          "bfloat16 refused ('Unknown data type'): weights built in float32 and applied, narrowed once "
-         "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)"),
+         "(canny, adjust_contrast/saturation, LAFDescriptor, RandomGrayscale call it)", evaluate=PER_PIXEL),
     _row("kornia.color.colormap:apply_colormap",
          "KORNIA_CHECK refuses bfloat16: the lookup index computed from the widened image; the colours kept in "
          "the colormap's dtype (float32 by default), as 0.9.0 returns them", outputs=("float32",)),
     # enhance
-    _row("kornia.enhance.adjust:adjust_hue", ZERO_CHROMA + " (through rgb_to_hsv)"),
-    _row("kornia.enhance.adjust:adjust_saturation", ZERO_CHROMA + " (through rgb_to_hsv)"),
+    _row("kornia.enhance.adjust:adjust_hue", ZERO_CHROMA + " (through rgb_to_hsv)", evaluate=PER_PIXEL),
+    _row("kornia.enhance.adjust:adjust_saturation", ZERO_CHROMA + " (through rgb_to_hsv)", evaluate=PER_PIXEL),
     _row("kornia.enhance.adjust:adjust_hue_raw", ZERO_CHROMA + " on the hsv round trip"),
     _row("kornia.enhance.adjust:adjust_saturation_raw", ZERO_CHROMA + " on the hsv round trip"),
     _row("kornia.enhance.histogram:histogram",
@@ -191,9 +194,10 @@ ROWS = (
          "0.8.x: the module's slow_and_differentiable path builds a soft histogram in half, not through "
          "otsu_threshold: in bfloat16 its threshold lands two half steps off (0.5391 for 0.5373 on a 64x64 "
          "random image) and every pixel between flips; in float32"),
-    _row("kornia.filters.blur_pool:blur_pool2d", BLUR_POOL),
+    _row("kornia.filters.blur_pool:blur_pool2d", BLUR_POOL + "; image by image", evaluate=PER_IMAGE),
     _row("kornia.filters.blur_pool:max_blur_pool2d",
-         BLUR_POOL + "; max_pool2d, which has no float16 CPU kernel in older torch, runs in float32 with it"),
+         BLUR_POOL + "; max_pool2d, which has no float16 CPU kernel in older torch, runs in float32 with it; "
+         "image by image", evaluate=PER_IMAGE),
     _row("kornia.filters.blur_pool:BlurPool2D.forward", BLUR_POOL_MODULE),
     _row("kornia.filters.blur_pool:MaxBlurPool2D.forward",
          BLUR_POOL_MODULE + "; max_pool2d, which has no float16 CPU kernel in older torch, runs in float32 with it"),
