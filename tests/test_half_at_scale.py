@@ -276,6 +276,11 @@ EVALUATED = {
     "gaussian_blur2d": lambda t, o, s, m: kornia.filters.gaussian_blur2d(t, (11, 11), (1.5, 1.5)),
     "gaussian_blur2d per-image sigma": lambda t, o, s, m: kornia.filters.gaussian_blur2d(t, (7, 9), s),
     "ssim": lambda t, o, s, m: kornia.metrics.ssim(t, o, 11),
+    # the loss steps and reduction on the float32 map, as in the release's float32 call
+    "ssim_loss": lambda t, o, s, m: kornia.losses.ssim_loss(t, o, 11),
+    "ssim_loss sum": lambda t, o, s, m: kornia.losses.ssim_loss(t, o, 5, reduction="sum"),
+    "ssim_loss none": lambda t, o, s, m: kornia.losses.ssim_loss(t, o, 7, reduction="none"),
+    "SSIMLoss": lambda t, o, s, m: kornia.losses.SSIMLoss(11)(t, o),
     "equalize": lambda t, o, s, m: kornia.enhance.equalize(t),
     "box_blur": lambda t, o, s, m: kornia.filters.box_blur(t, (9, 9)),
     "sobel": lambda t, o, s, m: kornia.filters.sobel(t),
@@ -1063,3 +1068,39 @@ def test_a_float32_augmentation_is_never_split(monkeypatch):
         torch.manual_seed(4)
         got = kornia.augmentation.RandomAffine(20.0, p=1.0)(x)
     assert bitwise_equal(got, expected) and shapes == []
+
+
+def test_ssim_loss_takes_the_float32_map_only_from_its_own_ssim_call(monkeypatch):
+    """The loss's evaluation asks for one float32 map: its own ssim call's. A 'valid' padding (not
+    banded), a release whose ssim_loss reads otherwise, or a map that came narrowed leave the
+    call to the widened original: bitwise the release's float32 call narrowed, whatever the path;
+    a later ssim call of the user's is narrowed as always."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    x = _gray_and_color().half()
+    other = (_gray_and_color(seed=9) * 0.9).half()
+    with testing.isolated(only=()):
+        expected = kornia.losses.ssim_loss(x.float(), other.float(), 11).half()
+        expected_valid = kornia.losses.ssim_loss(x.float(), other.float(), 11, padding="valid").half()
+    served = []  # per banded ssim evaluation: whether its map was asked for in float32
+    real = _at_scale._in_channels_last_bands
+    monkeypatch.setattr(_at_scale, "_in_channels_last_bands",
+                        lambda original, dtype, *a, **k: served.append(dtype == torch.float32) or real(original, dtype, *a, **k))
+    with testing.isolated(only=ONLY):
+        assert bitwise_equal(kornia.losses.ssim_loss(x, other, 11), expected)
+        assert served == [True]
+        assert kornia.metrics.ssim(x, other, 11).dtype == torch.float16  # no request left behind
+        served.clear()
+        assert bitwise_equal(kornia.losses.ssim_loss(x, other, 11, padding="valid"), expected_valid)
+        assert served == []  # not asked, not banded: the widened original's map
+    monkeypatch.setattr(_at_scale, "_SSIM_LOSS_STATEMENTS", ("loss = something_else(ssim_map)",))
+    monkeypatch.setattr(_at_scale, "_ssim_loss_checked", {})
+    served.clear()
+    with testing.isolated(only=ONLY):
+        assert bitwise_equal(kornia.losses.ssim_loss(x, other, 11), expected)
+    assert served == []  # the loss's text not the release's known one: the widened original whole
+    # A map that comes back narrowed (the ssim row not applied): the loss is the widened original's.
+    monkeypatch.undo()
+    with testing.isolated(only=["torch_ops"]):
+        got = _at_scale.ssim_loss_by_map(kornia.losses.ssim.ssim_loss, torch.float16, x, other, 11)
+    assert got is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import threading
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -681,7 +682,7 @@ CHANNELS_LAST_IMAGES = 2
 
 
 def _in_channels_last_bands(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
-                            reach: Optional[int]) -> Optional[torch.Tensor]:
+                            reach: Optional[int], whole: bool = False) -> Optional[torch.Tensor]:
     """``_each_image``, two images a call, each band widened into channels-last and kept so
     through kornia's depthwise convolutions (``CHANNELS_LAST_PLANES``): the same float32 values
     per element, without converting every filtered plane back to NCHW and every padded one into
@@ -691,23 +692,81 @@ def _in_channels_last_bands(original: Any, dtype: torch.dtype, arguments: tuple,
     where its own errors are its own."""
     image = arguments[0] if arguments else None
     if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.shape[0] < CHANNELS_LAST_IMAGES:
-        return _each_image(original, dtype, arguments, keywords, reach)
+        return _each_image(original, dtype, arguments, keywords, reach, whole=whole)
     try:
         with CHANNELS_LAST_PLANES:
             return _each_image(original, dtype, arguments, keywords, reach, count=CHANNELS_LAST_IMAGES,
-                               channels_last=True)
+                               whole=whole, channels_last=True)
     except RuntimeError:
-        return _each_image(original, dtype, arguments, keywords, reach)
+        return _each_image(original, dtype, arguments, keywords, reach, whole=whole)
+
+
+class _FloatMapRequest(threading.local):
+    """Set by ``ssim_loss_by_map`` around the release's ``ssim_loss``: the list its one ``ssim``
+    call's float32 map is appended to (None: no request)."""
+
+    served: Optional[list] = None
+
+
+_FLOAT32_MAP = _FloatMapRequest()
 
 
 def ssim_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
     """``ssim`` with 'same' padding: its map is five Gaussian-filtered planes combined per pixel,
-    so bands of rows with a halo of the window's height give each pixel the release's value."""
+    so bands of rows with a halo of the window's height give each pixel the release's value.
+    Asked by ``ssim_loss_by_map``, the map stays float32 (the release's float32 map, bit for bit)."""
     bound = _bound(original, arguments, keywords) if len(arguments) > 1 else None
     reach = None
     if bound is not None and bound.get("padding", "same") == "same":
         reach = _largest(bound.get("window_size"))
-    return _in_channels_last_bands(original, dtype, arguments, keywords, reach)
+    served, _FLOAT32_MAP.served = _FLOAT32_MAP.served, None  # the loss's own ssim call only
+    if served is None:
+        return _in_channels_last_bands(original, dtype, arguments, keywords, reach)
+    result = _in_channels_last_bands(original, torch.float32, arguments, keywords, reach, whole=True)
+    if result is not None:
+        served.append(result)
+    return result
+
+
+# The release's ssim_loss (0.7.0-0.8.3 read the same, up to quotes and the error of an unknown
+# reduction): its ssim map, then elementwise float32 steps and a reduction of that map alone.
+_SSIM_LOSS_STATEMENTS = (
+    "ssim_map: torch.Tensor = metrics.ssim(img1, img2, window_size, max_val, eps, padding)",
+    "loss = torch.clamp((1.0 - ssim_map) / 2, min=0, max=1)",
+    'if reduction == "mean": loss = torch.mean(loss)',
+    'elif reduction == "sum": loss = torch.sum(loss)',
+    "return loss",
+)
+_ssim_loss_checked: dict = {}
+
+
+def ssim_loss_by_map(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """``ssim_loss``: the release's function on the half images, its ``ssim`` call answered by
+    ``ssim_in_bands`` with the float32 map (the release's float32 map bit for bit), so its loss
+    steps and reduction run in float32 on that map, as in the release's float32 call; the result
+    narrowed once. Where the map was not served so (a 'valid' padding, a gradient), or the
+    release's text is not ``_SSIM_LOSS_STATEMENTS``, None: the whole widened call."""
+    key = getattr(original, "__wrapped__", original)
+    if key not in _ssim_loss_checked:
+        try:
+            text = _normalised_source(key)
+            _ssim_loss_checked[key] = all(statement in text for statement in _SSIM_LOSS_STATEMENTS)
+        except (OSError, TypeError):
+            _ssim_loss_checked[key] = False
+    bound = _bound(original, arguments, keywords)
+    if not _ssim_loss_checked[key] or bound is None or bound.get("padding", "same") != "same":
+        return None
+    if _wants_gradient(*(v for v in bound.values() if isinstance(v, torch.Tensor))):
+        return None
+    served: list = []
+    _FLOAT32_MAP.served = served
+    try:
+        loss = original(*arguments, **keywords)
+    finally:
+        _FLOAT32_MAP.served = None
+    if len(served) != 1 or not isinstance(loss, torch.Tensor) or loss.dtype != torch.float32:
+        return None  # the map came otherwise: the widened original decides
+    return loss.to(dtype)
 
 
 def sobel_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:

@@ -172,7 +172,8 @@ ROWS = (
     _row("kornia.metrics.ssim:ssim",
          "the local variance E[x^2] - E[x]^2 cancels in half (errors of 0.36, up to 39 in bfloat16): in float32 "
          "(image by image, a large one in bands of rows)", evaluate=f"{__package__}._at_scale:ssim_in_bands"),
-    _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32"),
+    _row("kornia.losses.ssim:ssim_loss", "variance cancellation (see ssim): in float32 (the map in bands, then "
+         "the release's float32 loss steps on it)", evaluate=f"{__package__}._at_scale:ssim_loss_by_map"),
     _row("kornia.metrics.ssim3d:ssim3d",
          "the local variance E[x^2] - E[x]^2 of the volume cancels in half (0.0054 off in float16, 0.039 in "
          "bfloat16): in float32"),
