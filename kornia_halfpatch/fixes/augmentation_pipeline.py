@@ -235,8 +235,10 @@ BATCH_PARAMETERS = ("batch_prob", "forward_input_shape")
 # Pixels a float32 forward of a chunk warps at most (one 1024x1024 image, sixteen of 256x256): the
 # widened batch, the release's float32 grid and output (2C + 2 floats a pixel) and the half output
 # were 1.6-1.8x the release's float32 memory for 4x3x1024x1024 RandomAffine (measured); a chunk of
-# the batch holds that much only for its images. Below 2^16 pixels an image the whole batch is one
-# call: a chunk's forward costs ~1 ms of Python.
+# the batch holds that much only for its images. An image of CHUNK_PIXELS or more goes band by band
+# of grid rows: whole 1024x1024 images one at a time still held 1.08-1.10x the release's float32
+# memory, in bands 0.58-0.90x (measured). Below 2^16 pixels an image the whole batch is one call: a
+# chunk's forward costs ~1 ms of Python.
 CHUNK_PIXELS = 1 << 20
 CHUNKED_IMAGE_PIXELS = 1 << 16
 
