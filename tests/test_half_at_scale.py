@@ -7,6 +7,8 @@ numbers held where they were.
 shim's float32 evaluation of a half call. Both cpu_half modes are forced, so every machine proves
 both paths. Oracles are computed in the same run (convolutions round per instruction set)."""
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -310,6 +312,10 @@ EVALUATED = {
     # image by image
     "blur_pool2d": lambda t, o, s, m: kornia.filters.blur_pool2d(t, 3),
     "max_blur_pool2d": lambda t, o, s, m: kornia.filters.max_blur_pool2d(t, 3),
+    # the squared error filled in tiles, its mean and the scalar steps the release's
+    "psnr": lambda t, o, s, m: kornia.metrics.psnr(t, o, 1.0),
+    "psnr 0-255": lambda t, o, s, m: kornia.metrics.psnr(t * 255, o * 255, 255),
+    "psnr_loss": lambda t, o, s, m: kornia.losses.psnr_loss(t, o, 2.0),
 }
 
 
@@ -1112,3 +1118,177 @@ def test_ssim_loss_takes_the_float32_map_only_from_its_own_ssim_call(monkeypatch
     assert got is None and calls == []
     with testing.isolated(only=ONLY):
         assert _at_scale.cheaper_evaluation(kornia.metrics.ssim) is _at_scale.ssim_in_bands
+
+
+def _psnr_pairs(dtype):
+    """Image pairs of odd sizes, one above a tile of pixels, in the 0-1 and 0-255 ranges."""
+    g = torch.Generator().manual_seed(5)
+    for shape in [(2, 3, 256, 257), (3, 1, 17, 23), (7,), (1, 1, 1, 1)]:
+        for top in (1.0, 255.0):
+            x = torch.rand(shape, generator=g) * top
+            y = x * 0.9 + 0.05 * top + torch.rand(shape, generator=g) * 0.01 * top
+            yield x.to(dtype), y.to(dtype), top
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_psnr_in_float32_is_the_release_float32_psnr_bitwise_before_narrowing(dtype):
+    """Not only the narrowed result: the float32 value itself is the release's float32 call's (its
+    squared error filled tile by tile, its mean over the whole tensor as the release takes it)."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    with testing.isolated(only=()):
+        release_psnr = kornia.metrics.psnr
+        pairs = list(_psnr_pairs(dtype))
+        assert pairs[0][0].numel() > _at_scale.TILE_PIXELS  # more than one tile
+        for x, y, top in pairs:
+            expected = release_psnr(x.float(), y.float(), top)
+            got = _at_scale.psnr_in_float32(release_psnr, dtype, x, y, top)
+            assert got.dtype == torch.float32 and torch.isfinite(got)
+            assert bitwise_equal(got, expected), (tuple(x.shape), top)
+            first = next(iter(inspect.signature(release_psnr).parameters))  # 0.7.0: input, 0.8: image
+            by_name = {first: x, "target": y, "max_val": top}
+            assert bitwise_equal(_at_scale.psnr_in_float32(release_psnr, dtype, **by_name), expected)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_the_tiled_squared_error_has_the_mean_of_torchs_mse_loss_bitwise(dtype):
+    """Sizes of one to eight tiles, ragged: a mean of the tiles' sums differs here in float32."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    g = torch.Generator().manual_seed(6)
+    for n in [1, 5, _at_scale.TILE_PIXELS - 3, _at_scale.TILE_PIXELS + 1, 3 * _at_scale.TILE_PIXELS + 7777,
+              8 * _at_scale.TILE_PIXELS - 1]:
+        for top in (1.0, 255.0):
+            x = (torch.rand(n, generator=g) * top).to(dtype)
+            y = (torch.rand(n, generator=g) * top).to(dtype)
+            expected = F.mse_loss(x.float(), y.float())
+            assert bitwise_equal(_at_scale.mean_squared_error(x, y), expected), (n, top)
+            shaped = (x.reshape(1, 1, 1, n), y.reshape(1, 1, n, 1))
+            assert bitwise_equal(_at_scale.mean_squared_error(shaped[0], shaped[1].reshape(1, 1, 1, n)), expected)
+
+
+def test_psnr_leaves_what_it_does_not_tile_to_the_widened_original(monkeypatch):
+    """Inputs that are not both contiguous, a tensor max_val, a wanted gradient or a release whose
+    psnr reads otherwise: no evaluation (None), and through kornia the whole widened call,
+    bitwise the release's float32 call narrowed."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    x, y, _ = next(_psnr_pairs(torch.float16))
+    with testing.isolated(only=()):
+        release_psnr = kornia.metrics.psnr
+    transposed = x.transpose(-1, -2)
+    assert _at_scale.psnr_in_float32(release_psnr, torch.float16, transposed, y.transpose(-1, -2).contiguous(), 1.0) is None
+    assert _at_scale.psnr_in_float32(release_psnr, torch.float16, x, y, torch.tensor(1.0)) is None
+    assert _at_scale.psnr_in_float32(release_psnr, torch.float16, x, y.float(), 1.0) is None
+    assert _at_scale.psnr_in_float32(release_psnr, torch.float16, x.requires_grad_(), y, 1.0) is None
+    with torch.no_grad():
+        assert _at_scale.psnr_in_float32(release_psnr, torch.float16, x, y, 1.0) is not None
+    x = x.detach()
+    monkeypatch.setattr(_at_scale, "_PSNR_RETURNS", ("return something_else(image, target)",))
+    monkeypatch.setattr(_at_scale, "_psnr_checked", {})
+    assert _at_scale.psnr_in_float32(release_psnr, torch.float16, x, y, 1.0) is None
+    monkeypatch.undo()
+    evaluated = []
+    real = _at_scale.psnr_in_float32
+    monkeypatch.setattr(_at_scale, "psnr_in_float32", lambda *a, **k: evaluated.append(1) or real(*a, **k))
+    cases = [(x, y, 1.0), (transposed, y.transpose(-1, -2), 1.0), (x, y, torch.tensor(1.0))]
+    with testing.isolated(only=ONLY):
+        for a, b, top in cases:
+            with testing.isolated(only=()):
+                expected = kornia.metrics.psnr(a.float(), b.float(), top).half()
+            assert bitwise_equal(kornia.metrics.psnr(a, b, top), expected)
+    assert len(evaluated) == len(cases)  # asked each time; answered None for the last two
+    with testing.isolated(only=ONLY):
+        for a, b in [(x, y[..., :-1])]:
+            with pytest.raises(TypeError, match="equal shapes"):
+                kornia.metrics.psnr(a, b, 1.0)
+
+
+CROPS = {
+    "center_crop": lambda t, m: kornia.geometry.transform.center_crop(t, (150, 170)),
+    "center_crop nearest": lambda t, m: kornia.geometry.transform.center_crop(t, (101, 200), mode="nearest"),
+    "center_crop align_corners=False": lambda t, m: kornia.geometry.transform.center_crop(t, (99, 150), align_corners=False),
+    "crop_by_transform_mat": lambda t, m: kornia.geometry.transform.crop_by_transform_mat(t, m, (150, 133)),
+    # points above the image: border padding reads its first row
+    "crop_by_transform_mat border": lambda t, m: kornia.geometry.transform.crop_by_transform_mat(
+        t, m, (150, 133), padding_mode="border"),
+    "crop_by_transform_mat reflection": lambda t, m: kornia.geometry.transform.crop_by_transform_mat(
+        t, m, (300, 400), padding_mode="reflection"),
+    "crop_by_transform_mat bicubic": lambda t, m: kornia.geometry.transform.crop_by_transform_mat(
+        t, m, (150, 133), mode="bicubic"),
+}
+
+
+def _poisoned_copies(monkeypatch):
+    """Every float32 copy a crop gets starts as NaN (not the zeros of fresh pages), so a value the
+    release read unfilled shows; records the boxes filled."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    boxes = []
+    real_widened, real_fill = _at_scale._SampledSources.widened, _at_scale._SampledSources._fill
+
+    def widened(self, value, channels_last):
+        copy = real_widened(self, value, channels_last)
+        if self.copies and self.copies[-1][0]() is copy:
+            copy.fill_(float("nan"))
+        return copy
+
+    def fill(self, entry, rows, columns):
+        boxes.append((rows, columns))
+        return real_fill(self, entry, rows, columns)
+
+    monkeypatch.setattr(_at_scale._SampledSources, "widened", widened)
+    monkeypatch.setattr(_at_scale._SampledSources, "_fill", fill)
+    return boxes
+
+
+@pytest.mark.parametrize("batch", [3, 1])  # three images one by one; one image in bands of grid rows
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(CROPS))
+def test_a_large_half_crop_reads_its_float32_copy_only_where_filled(name, dtype, mode, batch, monkeypatch):
+    """A crop of a large image fills its image's float32 copy only where its grid samples (NaN
+    elsewhere here): bitwise the release's float32 call narrowed, a centre crop filling a part of
+    the image, a reflection reaching past the image all of it."""
+    boxes = _poisoned_copies(monkeypatch)
+    x = image(batch, 3, 400, seed=3)[..., :300, :]
+    x[:, :, :4] = float("nan")  # NaN rows beyond the centre crops: never sampled
+    x = x.to(dtype)
+    shift = torch.tensor([[1.0, 0.1, 120.0], [0.05, 1.0, 75.0], [0.0, 0.0, 1.0]]).expand(batch, 3, 3)
+    matrices = shift.to(dtype)
+    call = CROPS[name]
+    with testing.isolated(only=()):
+        expected = call(x.float(), matrices.float()).to(dtype)
+    with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling"], cpu_half=mode):
+        got = call(x.contiguous(), matrices)
+    assert got.dtype == dtype and bitwise_equal(got, expected), name
+    assert boxes, "the copy was not filled on demand"
+    filled = [(r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes]
+    if "reflection" in name:
+        assert all(f == 300 * 400 for f in filled)
+    elif name.startswith("center_crop"):
+        assert max(filled) <= 0.6 * 300 * 400
+
+
+def test_any_other_read_of_a_sampled_copy_fills_it_whole():
+    """A release step other than grid_sample that takes the copy (a sum, a view) sees the whole
+    widened image; shape and dtype reads fill nothing."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    half = image(2, 3, 64).half()
+    for step in (lambda c: c.sum(), lambda c: c[:, :, 10:20].clone(), lambda c: torch.cat([c, c]),
+                 lambda c: torch.ones(3).to(c) * c.mean()):
+        sources = _at_scale._SampledSources(half.shape[1:])
+        copy = sources.widened(half, False)
+        copy.fill_(float("nan"))
+        with sources:
+            assert copy.shape == half.shape and copy.dtype == torch.float32 and copy.size(-1) == 64
+            assert sources.filled_elements == 0
+            got = step(copy)
+        assert bitwise_equal(got, step(half.float()))
+        assert sources.filled_elements == half.numel()
+    # Not a copy to fill: a channels-last or non-contiguous half image, a float32 tensor
+    sources = _at_scale._SampledSources(half.shape[1:])
+    for value in (half.to(memory_format=torch.channels_last), half.transpose(-1, -2), half.float()):
+        assert bitwise_equal(sources.widened(value, False), value.float())
+    assert sources.copies == []

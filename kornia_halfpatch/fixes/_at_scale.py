@@ -21,6 +21,7 @@ import contextlib
 import inspect
 import math
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -151,7 +152,7 @@ def _bands(height: int, width: int, reach: Optional[int]) -> list:
 
 def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
                 reach: Optional[int] = None, count: int = 1, whole: bool = False,
-                channels_last: bool = False) -> Optional[torch.Tensor]:
+                channels_last: bool = False, widen: Callable[[Any, bool], Any] = _widened) -> Optional[torch.Tensor]:
     image = arguments[0] if arguments else None
     if not isinstance(image, torch.Tensor) or image.dim() < 4 or image.numel() == 0:
         return None
@@ -170,8 +171,8 @@ def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: d
         own_keywords = {k: _image(v, index, batch, images) for k, v in keywords.items()}
         for start, stop in bands:
             first, last = max(start - (reach or 0), 0), min(stop + (reach or 0), plane[0])
-            result = original(*(_widened(_rows(a, plane, first, last), channels_last) for a in own_arguments),
-                              **{k: _widened(_rows(v, plane, first, last), channels_last) for k, v in own_keywords.items()})
+            result = original(*(widen(_rows(a, plane, first, last), channels_last) for a in own_arguments),
+                              **{k: widen(_rows(v, plane, first, last), channels_last) for k, v in own_keywords.items()})
             if not isinstance(result, torch.Tensor) or result.dim() < 2 or result.shape[0] != images:
                 return None  # not a per-image result after all: the widened original decides
             if len(bands) > 1 and result.shape[-2] != last - first:
@@ -197,6 +198,105 @@ def _each_image(original: Any, dtype: torch.dtype, arguments: tuple, keywords: d
     return out
 
 
+# Uses of a float32 copy that read none of its values: its shape, dtype and device.
+_METADATA_ONLY = frozenset({torch.Tensor.shape.__get__, torch.Tensor.dtype.__get__, torch.Tensor.device.__get__,
+                            torch.Tensor.ndim.__get__, torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel,
+                            torch.Tensor.__len__, torch.Tensor.is_floating_point, torch.Tensor.requires_grad.__get__,
+                            torch.Tensor.layout.__get__, torch.Tensor.is_cuda.__get__})
+# Rows and columns beyond a grid's extreme sample points that a sample may read: bicubic reads
+# from one before the point's floor to two after it; one more for the float32 rounding of the
+# point's pixel coordinate (torch's unnormalisation may round otherwise than this one).
+_SAMPLED_MARGIN = 3
+
+
+class _SampledSources(TorchFunctionMode):
+    """The float32 copies of half images a crop's release call samples, filled on demand: each
+    copy (``widened``) is allocated unfilled, and at the ``grid_sample`` that reads it only the
+    rows and columns its grid can reach (``_SAMPLED_MARGIN`` around its extreme points) are
+    widened from the half image; untouched pages are never faulted in. Any other use of a copy
+    that may read values (anything but ``_METADATA_ONLY`` and ``x.to(copy)``), a grid with a
+    non-finite point, or reflection padding reaching past the image fills the whole copy first:
+    every value the release reads is the widened half value, as in the whole widened call."""
+
+    def __init__(self, image_shape: Any) -> None:
+        super().__init__()
+        self.image_shape = tuple(image_shape)  # (C, H, W): the image argument's shape per image
+        # [the copy (weakly: it lives as long as the release's call holds it), its half image, the
+        # (rows, columns) boxes filled]
+        self.copies: list = []
+        self.filled_elements = 0
+
+    def widened(self, value: Any, channels_last: bool) -> Any:
+        if (channels_last or not isinstance(value, torch.Tensor) or value.dim() != 4
+                or tuple(value.shape[1:]) != self.image_shape or value.dtype not in (torch.float16, torch.bfloat16)
+                or not value.is_contiguous()):
+            return _widened(value, channels_last)
+        copy = torch.empty(value.shape, dtype=torch.float32, device=value.device)
+        self.copies = [entry for entry in self.copies if entry[0]() is not None]
+        self.copies.append([weakref.ref(copy), value, []])
+        return copy
+
+    def calling(self, original: Any) -> Callable[..., Any]:
+        def within(*arguments: Any, **keywords: Any) -> Any:
+            with self:
+                return original(*arguments, **keywords)
+        return within
+
+    def _entry(self, value: Any) -> Optional[list]:
+        for entry in self.copies:
+            if entry[0]() is value:
+                return entry
+        return None
+
+    def _fill(self, entry: list, rows: tuple, columns: tuple) -> None:
+        copy, half, boxes = entry[0](), entry[1], entry[2]
+        if any(r[0] <= rows[0] and rows[1] <= r[1] and c[0] <= columns[0] and columns[1] <= c[1] for r, c in boxes):
+            return
+        copy[..., rows[0]:rows[1], columns[0]:columns[1]].copy_(half[..., rows[0]:rows[1], columns[0]:columns[1]])
+        boxes.append((rows, columns))
+        self.filled_elements += copy.shape[0] * copy.shape[1] * (rows[1] - rows[0]) * (columns[1] - columns[0])
+
+    def _fill_sampled(self, entry: list, bound: dict) -> None:
+        height, width = entry[1].shape[-2:]
+        grid = bound["grid"]
+        whole = ((0, height), (0, width))
+        if not isinstance(grid, torch.Tensor) or grid.dim() != 4 or grid.shape[-1] != 2 or grid.numel() == 0:
+            return self._fill(entry, *whole)
+        align_corners = bool(bound.get("align_corners") or False)
+        reaches = []
+        for axis, size in ((1, height), (0, width)):
+            low, high = (float(v) for v in torch.aminmax(grid[..., axis].float()))
+            if not (math.isfinite(low) and math.isfinite(high)):
+                return self._fill(entry, *whole)
+            if align_corners:
+                low, high = (low + 1) / 2 * (size - 1), (high + 1) / 2 * (size - 1)
+            else:
+                low, high = ((low + 1) * size - 1) / 2, ((high + 1) * size - 1) / 2
+            if bound.get("padding_mode", "zeros") == "reflection" and (low < 0 or high > size - 1):
+                return self._fill(entry, *whole)
+            # Border padding reads the nearest edge pixel of a point outside: the range clamped first.
+            low, high = min(max(low, 0.0), size - 1.0), min(max(high, 0.0), size - 1.0)
+            reaches.append((max(math.floor(low) - _SAMPLED_MARGIN, 0), min(math.ceil(high) + _SAMPLED_MARGIN + 1, size)))
+        self._fill(entry, reaches[0], reaches[1])
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        if self.copies and func not in _METADATA_ONLY:
+            values = list(args) + list(kwargs.values())
+            values += [v for value in values if isinstance(value, (list, tuple)) for v in value]
+            touched = [entry for entry in (self._entry(v) for v in values if isinstance(v, torch.Tensor))
+                       if entry is not None]
+            if touched:
+                bound = _bound(func, args, kwargs) if func is _TORCH_GRID_SAMPLE else None
+                reads_dtype_only = func is torch.Tensor.to and bool(args) and self._entry(args[0]) is None
+                for entry in touched:
+                    if bound is not None and bound.get("input") is entry[0]():
+                        self._fill_sampled(entry, bound)
+                    elif not reads_dtype_only:
+                        self._fill(entry, (0, entry[1].shape[-2]), (0, entry[1].shape[-1]))
+        return func(*args, **kwargs)
+
+
 def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
     """A function that treats each image of a batch alone (a per-image histogram equalisation):
     the release's float32 function on one widened image at a time, each result narrowed straight
@@ -213,16 +313,37 @@ def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
     for bit, and then built and sampled band by band of output rows: ``_each_image_in_grid_bands``):
     one image's float32 workspace at a time. A small one takes as many images per float32 call
     as torch has threads (``images_per_call``)."""
+    return _warp_images(original, dtype, arguments, keywords, sampled_rows=False)
+
+
+def crop_from_sampled_rows(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """A crop (``center_crop``, ``crop_by_transform_mat``): as ``per_thread_images``, but a large
+    image's float32 copy is filled only where its grid samples (``_SampledSources``). A crop of
+    a quarter of the image otherwise widens it all for that quarter (4x3x2048x2048 center_crop:
+    1.6x the release's float32 memory and time)."""
+    return _warp_images(original, dtype, arguments, keywords, sampled_rows=True)
+
+
+CROP_IMAGES = 2
+
+
+def _warp_images(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
+                 sampled_rows: bool) -> Optional[torch.Tensor]:
     image = arguments[0] if arguments else None
     pixels = image.shape[-2] * image.shape[-1] if isinstance(image, torch.Tensor) and image.dim() >= 2 else 0
     warps = large_warps(pixels)
     if isinstance(warps, _LargeWarps):
+        widen: Callable[[Any, bool], Any] = _widened
+        if sampled_rows and image.dim() == 4:
+            sources = _SampledSources(image.shape[1:])
+            original, widen = sources.calling(original), sources.widened
         if warps.broadcast and image.dim() == 4 and (pixels >= BANDED_WARP_PIXELS or
                                                      whole_images_exceed_float32(image.shape[0], image.shape[1])):
-            return _each_image_in_grid_bands(original, dtype, arguments, keywords)
+            return _each_image_in_grid_bands(original, dtype, arguments, keywords, widen)
         with warps:
             # A batch with nothing to split (one large image) is called here too, whole, inside the mode.
-            return _each_image(original, dtype, arguments, keywords, count=1, whole=True)
+            return _each_image(original, dtype, arguments, keywords, count=CROP_IMAGES if sampled_rows else 1,
+                               whole=True, widen=widen)
     return _each_image(original, dtype, arguments, keywords, count=images_per_call())
 
 
@@ -243,8 +364,8 @@ def whole_images_exceed_float32(batch: int, channels: int) -> bool:
     return 4 * (2 * channels + 2) + 2 * batch * channels > 4 * batch * (channels + 2)
 
 
-def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tuple,
-                              keywords: dict) -> Optional[torch.Tensor]:
+def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tuple, keywords: dict,
+                              widen: Callable[[Any, bool], Any] = _widened) -> Optional[torch.Tensor]:
     """A large warp image by image (``warp_in_grid_bands``), each image's matrices and angles
     sliced with it and widened once for all its bands."""
     image = arguments[0] if arguments else None
@@ -256,8 +377,8 @@ def _each_image_in_grid_bands(original: Any, dtype: torch.dtype, arguments: tupl
 
     def images() -> Iterator[Callable[[], Any]]:
         for index in range(batch):
-            own_arguments = [_widened(_image(a, index, batch)) for a in arguments]
-            own_keywords = {k: _widened(_image(v, index, batch)) for k, v in keywords.items()}
+            own_arguments = [widen(_image(a, index, batch), False) for a in arguments]
+            own_keywords = {k: widen(_image(v, index, batch), False) for k, v in keywords.items()}
             yield lambda: original(*own_arguments, **own_keywords)
 
     return warp_in_grid_bands(images(), batch, dtype)
@@ -774,6 +895,65 @@ def ssim_loss_by_map(original: Any, dtype: torch.dtype, *arguments: Any, **keywo
     if len(served) != 1 or not isinstance(loss, torch.Tensor) or loss.dtype != torch.float32:
         return None  # the map came otherwise: the widened original decides
     return loss.to(dtype)
+
+
+# The release's psnr (0.7.0-0.8.3 read the same, up to quotes and its first argument's name):
+# the whole squared error through ``torch.nn.functional.mse_loss``'s mean, then scalar steps.
+_PSNR_RETURNS = tuple(f'return 10.0 * torch.log10(max_val**2 / mse({name}, target, reduction="mean"))'
+                      for name in ("image", "input"))
+_psnr_checked: dict = {}
+
+
+def psnr_by_squared_error(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """``psnr``: ``psnr_in_float32`` narrowed once (None where it does not take the call)."""
+    result = psnr_in_float32(original, dtype, *arguments, **keywords)
+    return None if result is None else result.to(dtype)
+
+
+def psnr_in_float32(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """The release's float32 ``psnr`` of half images: its float32 call makes one float32 tensor of
+    squared differences (each ``d = x - y; d * d`` of the widened values, ``mse_loss``'s kernel)
+    and takes its ``mean``. The same tensor is filled here tile by tile from the half images, so
+    its mean, and the scalar steps after it (the release's own expression), are the release's
+    float32 result bit for bit, without the two widened images (4x3x1024x1024: 144 -> 48 MiB). A
+    mean summed in tiles would sum in another order: only the squared error is tiled. Inputs not
+    both contiguous, a tensor ``max_val``, a gradient or a release of other text: None."""
+    key = getattr(original, "__wrapped__", original)
+    if key not in _psnr_checked:
+        try:
+            text = _normalised_source(key)
+            _psnr_checked[key] = (any(statement in text for statement in _PSNR_RETURNS)
+                                  and key.__globals__.get("mse") is torch.nn.functional.mse_loss)
+        except (AttributeError, OSError, TypeError):
+            _psnr_checked[key] = False
+    bound = _bound(original, arguments, keywords)
+    if not _psnr_checked[key] or bound is None or len(bound) != 3:
+        return None
+    image, target, max_val = bound.values()
+    if not (isinstance(image, torch.Tensor) and isinstance(target, torch.Tensor)
+            and isinstance(max_val, (int, float)) and not isinstance(max_val, bool)):
+        return None
+    if (image.dtype != dtype or target.dtype != dtype or image.shape != target.shape or image.numel() == 0
+            or not image.is_contiguous() or not target.is_contiguous() or image.device != target.device):
+        return None
+    if _wants_gradient(image, target):
+        return None
+    return 10.0 * torch.log10(max_val**2 / mean_squared_error(image, target))
+
+
+def mean_squared_error(image: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``mse_loss(image.float(), target.float())`` of two contiguous tensors of one shape, bit for
+    bit: the float32 squared differences filled tile by tile, then ``mean`` over that one tensor
+    as ``mse_loss`` takes it (a sum of tile sums would round otherwise in about 4 calls in 10)."""
+    squared = torch.empty(image.shape, dtype=torch.float32, device=image.device)
+    flat_squared, flat_image, flat_target = squared.view(-1), image.reshape(-1), target.reshape(-1)
+    for start in range(0, flat_squared.numel(), TILE_PIXELS):
+        stop = start + TILE_PIXELS
+        tile = flat_squared[start:stop]
+        tile.copy_(flat_image[start:stop])  # exact widening, in place: no float32 temporaries
+        tile.sub_(flat_target[start:stop])
+        tile.mul_(tile)
+    return squared.mean()
 
 
 def sobel_in_bands(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:

@@ -181,7 +181,8 @@ ROWS = (
     _row("kornia.metrics.psnr:psnr",
          "the squared error passes 65504 in float16 for differences above 256 (mse Inf: -Inf PSNR, NaN "
          "gradients) and its gradient, 2 (x - y) / (N mse ln 10) * 10, underflows for 8-bit-range images "
-         "(1e-5: float16 gradients 0): in float32, narrowed once (psnr_loss calls it)"),
+         "(1e-5: float16 gradients 0): in float32, narrowed once (psnr_loss calls it; the squared error "
+         "filled in tiles)", evaluate=f"{__package__}._at_scale:psnr_by_squared_error"),
     _row("kornia.losses.charbonnier:charbonnier_loss",
          "sqrt(d^2 + 1) - 1 cancels for small differences (3 half steps off and more): in float32"),
     # filters and feature

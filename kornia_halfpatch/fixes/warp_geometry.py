@@ -64,6 +64,8 @@ MATRIX = "the transform matrix built from the parameters in half (cos/sin, centr
 # narrowed straight into the output (4x3x2048x2048 float16 rotate on 2 threads: 0.82 s
 # one image at a time -> 0.60 s, bitwise).
 PER_THREAD_IMAGES = f"{__package__}._at_scale:per_thread_images"
+# A crop reads a part of its image: its float32 copy filled only where the grid samples.
+CROP_FROM_SAMPLED_ROWS = f"{__package__}._at_scale:crop_from_sampled_rows"
 BY_IMAGE = "as many images at a time as torch has threads"
 
 IMGWARP = "kornia.geometry.transform.imgwarp"
@@ -119,12 +121,13 @@ ROWS = (
     _row(f"{AFFWARP}:affine3d", f"{GRID}, in three dimensions (through warp_affine3d)"),
     _row(f"{AFFWARP}:rotate3d", f"{MATRIX} (3-D rotation); {GRID}"),
     # crops by a transform
-    _row(f"{CROP2D}:crop_by_transform_mat", f"{GRID} (through warp_affine); {BY_IMAGE}", evaluate=PER_THREAD_IMAGES),
+    _row(f"{CROP2D}:crop_by_transform_mat", f"{GRID} (through warp_affine); {BY_IMAGE}",
+         evaluate=CROP_FROM_SAMPLED_ROWS),
     _row(f"{CROP2D}:crop_by_boxes",
          "the box-to-box perspective transform solved from half corners (up to 1 px apart in bfloat16); " + GRID),
     _row(f"{CROP2D}:crop_and_resize", "the crop transform from half boxes; " + GRID),
     _row(f"{CROP2D}:center_crop", f"the crop transform in the image's dtype; {GRID}; {BY_IMAGE}",
-         evaluate=PER_THREAD_IMAGES),
+         evaluate=CROP_FROM_SAMPLED_ROWS),
     _row(f"{CROP2D}:CenterCrop2D.forward",
          "the corner points cast to the half image's dtype and the perspective transform solved in half; " + GRID),
     _row(f"{CROP3D}:crop_by_transform_mat3d", f"{GRID}, in three dimensions"),
