@@ -107,8 +107,21 @@ def other_cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
     def per_image(x, *values):
         return torch.tensor([list(values)]).expand(x.shape[0], len(values)).to(x.dtype)
 
+    def seeded(augment):
+        def call(x):
+            def run():
+                torch.manual_seed(0)
+                return augment(x)
+            return run
+        return call
+
+    augmentation = kornia.augmentation
     transform = kornia.geometry.transform
     return {
+        "AugmentationSequential": seeded(augmentation.AugmentationSequential(
+            augmentation.RandomAffine(degrees=30.0, translate=(0.1, 0.1), scale=(0.8, 1.2), p=1.0))),
+        "AugmentationSequential x2": seeded(augmentation.AugmentationSequential(
+            augmentation.RandomRotation(30.0, p=1.0), augmentation.RandomPerspective(0.3, p=1.0))),
         "rgb_to_grayscale": lambda x: lambda: kornia.color.rgb_to_grayscale(x),
         "adjust_hue": lambda x: lambda: kornia.enhance.adjust_hue(x, 0.5),
         "adjust_saturation": lambda x: lambda: kornia.enhance.adjust_saturation(x, 1.5),

@@ -1014,10 +1014,100 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         assert shapes == expected_shapes
 
 
+def _containers():
+    augmentation = kornia.augmentation
+    return {
+        "one warp": lambda: augmentation.AugmentationSequential(
+            augmentation.RandomAffine(30.0, (0.1, 0.1), (0.8, 1.2), (5.0, 10.0), p=0.6)),
+        "two warps": lambda: augmentation.AugmentationSequential(
+            augmentation.RandomRotation(40.0, p=0.6), augmentation.RandomAffine(10.0, (0.1, 0.1), p=0.5)),
+        "random_apply": lambda: augmentation.AugmentationSequential(
+            augmentation.RandomTranslate(0.2, 0.2, p=0.7), augmentation.RandomShear((-10.0, 10.0), p=0.7),
+            augmentation.RandomRotation(20.0, p=0.7), random_apply=2),
+        "ImageSequential": lambda: augmentation.ImageSequential(
+            augmentation.RandomShear((-10.0, 10.0), p=0.6), augmentation.RandomPerspective(0.5, p=0.6)),
+    }
+
+
+def _assert_same_state(got, expected, dtype, where):
+    """Every submodule's ``_params``, ``_transform_matrix`` and ``_transform_matrices``: the float32
+    call's (its matrices narrowed)."""
+    for (name, sub), reference in zip(got.named_modules(), expected.modules()):
+        mine, theirs = sub.__dict__, reference.__dict__
+        for key in ("_transform_matrix", "_transform_matrices"):
+            a, b = mine.get(key), theirs.get(key)
+            if isinstance(b, torch.Tensor):
+                assert isinstance(a, torch.Tensor) and bitwise_equal(a, b.to(dtype)), (where, name, key)
+            elif isinstance(b, list):
+                assert isinstance(a, list) and len(a) == len(b), (where, name, key)
+                assert all(bitwise_equal(m, n.to(dtype)) for m, n in zip(a, b)), (where, name, key)
+            else:
+                assert a is None and b is None, (where, name, key)
+        a, b = mine.get("_params"), theirs.get("_params")
+        if isinstance(b, list):
+            assert [item.name for item in a] == [item.name for item in b], (where, name)
+            pairs = [(x.data, y.data) for x, y in zip(a, b)]
+        else:
+            pairs = [(a, b)]
+        for x, y in pairs:
+            if y is None:
+                assert x is None, (where, name)
+                continue
+            assert set(x) == set(y), (where, name)
+            for key in y:
+                same = torch.equal(x[key], y[key]) if isinstance(y[key], torch.Tensor) else x[key] == y[key]
+                assert same, (where, name, key)
+
+
+@pytest.mark.parametrize("path", ["chunks", "bands"])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(_containers()))
+def test_a_container_of_warps_image_by_image_is_the_release_float32_call_bitwise(name, dtype, path, monkeypatch):
+    """AugmentationSequential and ImageSequential of per-image warps, a large half batch: each
+    chunk's forward given every child's rows of the parameters drawn once. The output, every
+    submodule's parameters and matrices, the composed ``transform_matrix``, the inverse and the
+    random stream are the release's float32 call's (narrowed). A container of several warps takes
+    whole images (no bands: the second warps the first's whole output); of one, bands."""
+    from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
+
+    pixels = 96 * 100
+    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", pixels)
+    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 2 * pixels if path == "chunks" else pixels)
+    monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
+    monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
+    if path == "bands" and not _at_scale.takes_grid_bands(pixels):
+        pytest.skip("the broadcast grid is not torch's here: no bands")
+    shapes = _spy_forwards(monkeypatch)
+    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    with testing.isolated(only=()):
+        reference = _containers()[name]()
+        torch.manual_seed(5)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+        expected_matrix = reference.transform_matrix if hasattr(reference, "transform_matrix") else None
+    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+        augment = _containers()[name]()
+        torch.manual_seed(5)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
+        _assert_same_state(augment, reference, dtype, name)
+        if expected_matrix is not None:
+            assert bitwise_equal(augment.transform_matrix, expected_matrix.to(dtype))
+            assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+    whole_images = [shape for shape in shapes if shape[0] == 7]
+    assert not whole_images, shapes  # image by image, never the whole batch
+    several = len(reference._params) > 1
+    if path == "chunks" or several:
+        per_call = 2 if path == "chunks" else 1
+        assert shapes[: -(-7 // per_call)] == [(per_call, 3, 96, 100)] * (7 // per_call) + [(1, 3, 96, 100)] * (7 % per_call)
+
+
 def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monkeypatch):
     """What is not a per-image warp of a large half batch keeps one whole float32 forward, bitwise
     the release's narrowed: given parameters, a wanted gradient, an augmentation outside the table,
-    a container (its children see float32), small images, and drawn parameters of an unexpected
+    a container with such a child, a mask or data keys (its children see float32), small images,
+    and drawn parameters of an unexpected
     form (then the whole call with the parameters already drawn: the random stream stays the
     release's)."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
@@ -1036,8 +1126,17 @@ def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monk
         "given parameters": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t, params)),
         "a gradient": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t.requires_grad_())),
         "not in the table": (lambda: augmentation.RandomElasticTransform(p=1.0), lambda m, t: m(t)),
-        "a container": (lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0)),
-                        lambda m, t: m(t)),
+        "a container with a child outside the table": (
+            lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0),
+                                                        augmentation.RandomElasticTransform(p=1.0)),
+            lambda m, t: m(t)),
+        "a container given a mask": (
+            lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0),
+                                                        data_keys=["input", "mask"]),
+            lambda m, t: m(t, (t[:, :1] > 0.5).float())[0]),
+        "a container given data keys": (
+            lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0)),
+            lambda m, t: m(t, data_keys=["input"])),
         "small images": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t[..., :63, :])),
         "unexpected parameters": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t)),
     }

@@ -266,47 +266,61 @@ def _rows_by_image(params: Dict[str, Any], per_image: Tuple[str, ...], batch: in
     return to_apply
 
 
-def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
-                       dtype: torch.dtype) -> Optional[torch.Tensor]:
-    """A large half batch through a per-image warp augmentation (``WARPS_BY_IMAGE``) image by
-    image, each output narrowed straight into the half output; None where the call is not one (the
-    whole widened call then runs).
+# Containers whose forward of an image alone runs their children in turn, each with its own
+# drawn parameters (``params=``): a container of ``WARPS_BY_IMAGE`` children goes image by image
+# as one of them does, each chunk given every child's rows. (VideoSequential and PatchSequential
+# reshape the batch first; their rows are not the images'.)
+CONTAINERS_BY_IMAGE = {"AugmentationSequential": "AugmentationSequential.forward",
+                       "ImageSequential": "ImageSequentialBase.forward"}
 
-    The parameters are drawn once, by the release's ``forward_parameters`` for the batch's shape:
-    the same generator calls as the release's forward makes (same seed, same stream). Each chunk's
-    forward gets its images' rows of them (``params=``) and warps each image by the same float32
-    operations as the whole batch's call (matrices and grids are built image by image): the output,
-    ``_params`` and ``transform_matrix`` are the whole call's, bit for bit (tested). An image of at
-    least ``CHUNK_PIXELS`` is warped band by band of output rows (``warp_in_grid_bands``, where the
-    broadcast grid is torch's): its forward is called once per band, each answered with its band's
-    rows of the grid."""
-    per_image = _warps_by_image(module)
-    if per_image is None or kwargs or getattr(original, "__qualname__", "") != "_BasicAugmentationBase.forward":
+
+def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
+                      kwargs: Dict[str, Any]) -> Optional[Callable[[Any, int], Optional[Callable[[int, int], Any]]]]:
+    """For a call that may go image by image: a function of the drawn parameters and the batch
+    giving ``own(start, stop)``, the parameters of those images alone (None where the drawn
+    parameters are not one row per image); None for any other call."""
+    qualname = getattr(original, "__qualname__", "")
+    if qualname == "_BasicAugmentationBase.forward":
+        per_image = _warps_by_image(module)
+        if per_image is None or kwargs or not 1 <= len(args) <= 2 or (len(args) == 2 and args[1] is not None):
+            return None  # given parameters (a container's replay): the whole call
+        return lambda params, batch: _own_rows(params, per_image, batch)
+    kind = type(module)
+    if CONTAINERS_BY_IMAGE.get(kind.__name__) != qualname or not kind.__module__.startswith("kornia.augmentation."):
         return None
-    if not 1 <= len(args) <= 2 or (len(args) == 2 and args[1] is not None):
-        return None  # given parameters (a container's replay): the whole call
-    image = args[0]
-    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype not in HALF_DTYPES:
+    if not args or any(not (value is None or (isinstance(value, dict) and not value))
+                       for value in list(args[1:]) + list(kwargs.values())):
+        # masks, boxes, given parameters, data keys or extra arguments (0.7.0's default: {}): the whole call
         return None
-    batch, pixels = image.shape[0], image.shape[-2] * image.shape[-1]
-    count = max(1, CHUNK_PIXELS // max(pixels, 1))
-    in_bands = pixels >= CHUNK_PIXELS and takes_grid_bands(pixels)
-    if pixels < CHUNKED_IMAGE_PIXELS or (batch <= count and not in_bands) or image.numel() == 0:
+    keys = getattr(module, "data_keys", None)
+    if keys is not None and [getattr(key, "name", key) for key in keys] not in (["INPUT"], ["IMAGE"]):
         return None
-    if is_compiling() or torch.jit.is_tracing() or (torch.is_grad_enabled() and image.requires_grad):
-        return None  # traced, or a gradient: the whole release call's graph
-    if _float32_state(module):
-        return None  # half parameters: the whole call, reparametrised
-    params = module.forward_parameters(image.shape)
+    children = dict(module.named_children())
+    if not children or any(_warps_by_image(child) is None for child in children.values()):
+        return None
+
+    def slicer(params: Any, batch: int) -> Optional[Callable[[int, int], Any]]:
+        if not isinstance(params, list) or not params:
+            return None
+        owns = []
+        for item in params:
+            child = children.get(getattr(item, "name", None))
+            per_image = _warps_by_image(child) if child is not None else None
+            own = _own_rows(item.data, per_image, batch) if per_image is not None else None
+            if own is None:
+                return None
+            owns.append(own)
+        return lambda start, stop: [type(item)(item.name, own(start, stop)) for item, own in zip(params, owns)]
+
+    return slicer
+
+
+def _own_rows(params: Any, per_image: Tuple[str, ...], batch: int) -> Optional[Callable[[int, int], Dict[str, Any]]]:
+    if not isinstance(params, dict):
+        return None
     to_apply = _rows_by_image(params, per_image, batch)
-
-    def whole() -> Any:
-        # Drawn already: the whole float32 forward with these parameters is the release's call.
-        with large_warps(pixels):
-            return original(module, image.float(), params=params)
-
     if to_apply is None:
-        return whole()
+        return None
 
     def own(start: int, stop: int) -> Dict[str, Any]:
         first, last = int(to_apply[:start].sum()), int(to_apply[:stop].sum())
@@ -314,33 +328,166 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         rows["batch_prob"] = params["batch_prob"][start:stop]
         return rows
 
-    matrices: List[Any] = []
+    return own
+
+
+def _call_state(module: torch.nn.Module) -> List[Tuple[Any, Any, Any]]:
+    """Each submodule's transform matrix, (a container's) list of its children's matrices and its
+    parameters, as a chunk's forward left them."""
+    return [(sub.__dict__.get("_transform_matrix"), sub.__dict__.get("_transform_matrices"), sub.__dict__.get("_params"))
+            for sub in module.modules()]
+
+
+def _joined(chunks: List[Any], batch: int) -> Tuple[bool, Any]:
+    """The chunks' matrices of one submodule as the whole batch's: (joined, the matrix)."""
+    if all(matrix is None for matrix in chunks):
+        return True, None
+    if all(isinstance(m, torch.Tensor) and m.dim() == 3 for m in chunks) and sum(m.shape[0] for m in chunks) == batch:
+        return True, torch.cat(chunks)
+    return False, None
+
+
+def _joined_list(chunks: List[Any], batch: int) -> Tuple[bool, Any]:
+    if all(items is None for items in chunks):
+        return True, None
+    if not all(isinstance(items, list) and len(items) == len(chunks[0]) for items in chunks):
+        return False, None
+    joined = [_joined([items[position] for items in chunks], batch) for position in range(len(chunks[0]))]
+    return all(ok for ok, _ in joined), [matrix for _, matrix in joined]
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - not comparable: not the same
+        return False
+
+
+def _child_parameters(drawn: Dict[str, Any], given: List[Dict[str, Any]], saved: List[Any]) -> Optional[Dict[str, Any]]:
+    """A container's child's ``_params`` after the whole call, from its chunks': each chunk's
+    forward saved the rows it was given (equal values) and keys of its own (0.8: its data
+    keys), the same in every chunk; the whole call's saves the drawn parameters and those keys.
+    None where the chunks saved otherwise."""
+    extra: Optional[Dict[str, Any]] = None
+    for rows, kept in zip(given, saved):
+        if not isinstance(kept, dict) or any(key not in kept or not _same_values(kept[key], value)
+                                             for key, value in rows.items()):
+            return None
+        own = {key: value for key, value in kept.items() if key not in rows}
+        if extra is not None and (set(own) != set(extra) or not all(_same_values(own[k], extra[k]) for k in own)):
+            return None
+        extra = own
+    return dict(drawn, **(extra or {}))
+
+
+def _put_whole_batch_state(module: torch.nn.Module, params: Any, given: List[Any],
+                           states: List[List[Tuple[Any, Any, Any]]], batch: int) -> bool:
+    """The state the whole batch's forward leaves, from its chunks' (``given`` each chunk's
+    parameters, ``states`` what each left): ``_params`` the drawn parameters (a container's
+    children each their own, ``_child_parameters``), each matrix the chunks' concatenated, a
+    container's list of its children's matrices concatenated item by item. False (nothing set)
+    where the chunks' state does not join so."""
+    subs = list(module.modules())
+    joined = [(_joined([state[index][0] for state in states], batch),
+               _joined_list([state[index][1] for state in states], batch)) for index in range(len(subs))]
+    if not all(matrix[0] and matrices[0] for matrix, matrices in joined):
+        return False
+    children_parameters = []
+    if isinstance(params, list):
+        positions = {id(sub): index for index, sub in enumerate(subs)}
+        for position, item in enumerate(params):
+            child = module.get_submodule(item.name)
+            kept = _child_parameters(item.data, [rows[position].data for rows in given],
+                                     [state[positions[id(child)]][2] for state in states])
+            if kept is None:
+                return False
+            children_parameters.append((child, kept))
+    for sub, ((_, matrix), (_, matrices)) in zip(subs, joined):
+        if "_transform_matrix" in sub.__dict__:
+            sub.__dict__["_transform_matrix"] = matrix
+        if matrices is not None:
+            sub.__dict__["_transform_matrices"] = matrices
+    module._params = params
+    for child, kept in children_parameters:
+        child._params = kept
+    return True
+
+
+def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
+                       dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A large half batch through a per-image warp augmentation (``WARPS_BY_IMAGE``), or a
+    container of them (``CONTAINERS_BY_IMAGE``), image by image, each output narrowed straight
+    into the half output; None where the call is not one (the whole widened call then runs).
+
+    The parameters are drawn once, by the release's ``forward_parameters`` for the batch's shape:
+    the same generator calls as the release's forward makes (same seed, same stream). Each chunk's
+    forward gets its images' rows of them (``params=``; a container's list, each child's rows) and
+    warps each image by the same float32 operations as the whole batch's call (matrices and grids
+    are built image by image; a container composes its children's matrices lazily, from the whole
+    batch's): the output, ``_params`` and the transform matrices are the whole call's, bit for bit
+    (tested). An image of at least ``CHUNK_PIXELS`` is warped band by band of output rows
+    (``warp_in_grid_bands``, where the broadcast grid is torch's), by a single augmentation or a
+    container of one: its forward is called once per band, each answered with its band's rows of
+    the grid. A container of several warps a whole image at a time (the second warps the first's
+    whole output)."""
+    slicer = _per_image_slicer(original, module, args, kwargs)
+    if slicer is None:
+        return None
+    image = args[0]
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype not in HALF_DTYPES:
+        return None
+    batch, pixels = image.shape[0], image.shape[-2] * image.shape[-1]
+    count = max(1, CHUNK_PIXELS // max(pixels, 1))
+    banded_size = pixels >= CHUNK_PIXELS and takes_grid_bands(pixels)
+    if pixels < CHUNKED_IMAGE_PIXELS or (batch <= count and not banded_size) or image.numel() == 0:
+        return None
+    if is_compiling() or torch.jit.is_tracing() or (torch.is_grad_enabled() and image.requires_grad):
+        return None  # traced, or a gradient: the whole release call's graph
+    if _float32_state(module):
+        return None  # half parameters: the whole call, reparametrised
+    params = module.forward_parameters(image.shape)
+    own = slicer(params, batch)
+
+    def whole() -> Any:
+        # Drawn already: the whole float32 forward with these parameters is the release's call.
+        with large_warps(pixels):
+            return original(module, image.float(), params=params)
+
+    if own is None:
+        return whole()
+    in_bands = banded_size and not (isinstance(params, list) and len(params) > 1)
+    states: List[List[Tuple[Any, Any, Any]]] = []
+    given: List[Any] = []
     out: Optional[torch.Tensor] = None
     if in_bands:
         def images() -> Iterator[Callable[[], Any]]:
             for index in range(batch):
                 widened, rows = image[index : index + 1].float(), own(index, index + 1)
                 yield lambda: original(module, widened, params=rows)
-                matrices.append(module.__dict__.get("_transform_matrix"))
+                given.append(rows)
+                states.append(_call_state(module))
 
         out = warp_in_grid_bands(images(), batch, dtype)
     else:
         for start in range(0, batch, count):
             stop = min(start + count, batch)
+            rows = own(start, stop)
             with large_warps(pixels):
-                result = original(module, image[start:stop].float(), params=own(start, stop))
+                result = original(module, image[start:stop].float(), params=rows)
             if not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.shape[0] != stop - start:
                 return whole()  # not image by image after all
             if out is None:
                 out = torch.empty((batch,) + tuple(result.shape[1:]), dtype=dtype, device=result.device)
             out[start:stop] = result
-            matrices.append(module.__dict__.get("_transform_matrix"))
+            given.append(rows)
+            states.append(_call_state(module))
             del result
-    if out is None or not all(isinstance(m, torch.Tensor) and m.dim() == 3 for m in matrices) or (
-            sum(m.shape[0] for m in matrices) != batch):
+    if out is None or len(states) != -(-batch // (1 if in_bands else count)):
         return whole()
-    module._params = params
-    module._transform_matrix = torch.cat(matrices)
+    if not _put_whole_batch_state(module, params, given, states, batch):
+        return whole()
     return out
 
 
