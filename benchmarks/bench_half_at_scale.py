@@ -122,6 +122,13 @@ def other_cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
             augmentation.RandomAffine(degrees=30.0, translate=(0.1, 0.1), scale=(0.8, 1.2), p=1.0))),
         "AugmentationSequential x2": seeded(augmentation.AugmentationSequential(
             augmentation.RandomRotation(30.0, p=1.0), augmentation.RandomPerspective(0.3, p=1.0))),
+        "AugmentationSequential pipeline": seeded(augmentation.AugmentationSequential(
+            augmentation.RandomResizedCrop((512, 512), p=1.0), augmentation.RandomHorizontalFlip(p=0.5),
+            augmentation.ColorJiggle(0.2, 0.2, 0.2, 0.05, p=0.8), augmentation.RandomGrayscale(p=0.2))),
+        "ColorJiggle": seeded(augmentation.ColorJiggle(0.2, 0.2, 0.2, 0.1, p=1.0)),
+        "RandomResizedCrop": seeded(augmentation.RandomResizedCrop((512, 512), p=1.0)),
+        "RandomHorizontalFlip": seeded(augmentation.RandomHorizontalFlip(p=1.0)),
+        "RandomGaussianBlur": seeded(augmentation.RandomGaussianBlur((9, 9), (0.5, 2.0), p=1.0)),
         "rgb_to_grayscale": lambda x: lambda: kornia.color.rgb_to_grayscale(x),
         "adjust_hue": lambda x: lambda: kornia.enhance.adjust_hue(x, 0.5),
         "adjust_saturation": lambda x: lambda: kornia.enhance.adjust_saturation(x, 1.5),

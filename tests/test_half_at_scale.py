@@ -944,6 +944,20 @@ def _augmentations():
         "RandomShear": lambda: augmentation.RandomShear((-10.0, 10.0), p=0.6),
         "RandomTranslate": lambda: augmentation.RandomTranslate(0.2, 0.2, p=0.6),
         "RandomPerspective": lambda: augmentation.RandomPerspective(0.5, p=0.6),
+        "RandomResizedCrop": lambda: augmentation.RandomResizedCrop((48, 50), p=1.0),
+        "RandomResizedCrop resample": lambda: augmentation.RandomResizedCrop((48, 50), p=1.0, cropping_mode="resample"),
+        "RandomCrop": lambda: augmentation.RandomCrop((64, 80), padding=3, p=1.0),
+        "RandomHorizontalFlip": lambda: augmentation.RandomHorizontalFlip(p=0.6),
+        "RandomVerticalFlip": lambda: augmentation.RandomVerticalFlip(p=0.6),
+        "RandomGaussianBlur": lambda: augmentation.RandomGaussianBlur((5, 5), (0.5, 2.0), p=0.6),
+        "ColorJitter": lambda: augmentation.ColorJitter(0.2, 0.3, 0.3, 0.1, p=0.6),
+        "ColorJiggle": lambda: augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6),
+        "RandomBrightness": lambda: augmentation.RandomBrightness((0.8, 1.2), p=0.6),
+        "RandomContrast": lambda: augmentation.RandomContrast((0.8, 1.2), p=0.6),
+        "RandomSaturation": lambda: augmentation.RandomSaturation((0.7, 1.3), p=0.6),
+        "RandomHue": lambda: augmentation.RandomHue((-0.2, 0.2), p=0.6),
+        "RandomGamma": lambda: augmentation.RandomGamma((0.8, 1.2), (0.9, 1.1), p=0.6),
+        "RandomGrayscale": lambda: augmentation.RandomGrayscale(p=0.6),
     }
 
 
@@ -970,11 +984,13 @@ def _spy_forwards(monkeypatch):
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(_augmentations()))
 def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bitwise(name, dtype, path, monkeypatch):
-    """A per-image warp augmentation of a large half batch, forward by forward of a few images
-    (chunks) or of one image band by band of output rows (bands; RandomPerspective builds no affine
-    grid: its image whole): the output is the release's float32 call narrowed, bit for bit, and
-    ``_params``, the random stream after the call, ``transform_matrix`` (narrowed) and the inverse
-    are the float32 call's. Seven images, p=0.6: applied and passed-through images in one chunk."""
+    """An augmentation that treats each image alone, a large half batch, forward by forward of a
+    few images (chunks) or of one image band by band (bands: of grid rows for a warp, where
+    RandomPerspective builds no affine grid and takes its image whole; of rows for a per-pixel
+    augmentation; whole images for the others): the output is the release's float32 call
+    narrowed, bit for bit, and ``_params``, the random stream after the call, ``transform_matrix``
+    (narrowed) and a geometric one's inverse are the float32 call's. Seven images, p=0.6: applied
+    and passed-through images in one chunk."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
 
     pixels = 96 * 100
@@ -982,16 +998,18 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 2 * pixels if path == "chunks" else pixels)
     monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
     monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
-    if path == "bands" and not _at_scale.takes_grid_bands(pixels):
+    monkeypatch.setattr(augmentation_pipeline, "ROW_BAND_PIXELS", 16 * 100)
+    split = augmentation_pipeline.AUGMENTATIONS_BY_IMAGE[name.split()[0]].split
+    if path == "bands" and split == "grid" and not _at_scale.takes_grid_bands(pixels):
         pytest.skip("the broadcast grid is not torch's here: no bands")
     shapes = _spy_forwards(monkeypatch)
     x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
     with testing.isolated(only=()):
         reference = _augmentations()[name]()
+        geometric = isinstance(reference, kornia.augmentation.GeometricAugmentationBase2D)
         torch.manual_seed(5)
         expected = reference(x.float())
         stream = torch.random.get_rng_state()
-        expected_inverse = reference.inverse(expected)
     with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
         augment = _augmentations()[name]()
         torch.manual_seed(5)
@@ -999,19 +1017,25 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         assert torch.equal(torch.random.get_rng_state(), stream)
         assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
         applied = augment._params["batch_prob"] > 0.5
-        assert 0 < int(applied.sum()) < 7  # both kinds of image in the batch
+        if "Crop" not in name:  # a crop is drawn for the whole batch or none (the output has its size)
+            assert 0 < int(applied.sum()) < 7  # both kinds of image in the batch
         assert set(augment._params) == set(reference._params)
         assert all(torch.equal(augment._params[k], reference._params[k]) for k in reference._params)
-        assert augment.transform_matrix.dtype == dtype
-        assert bitwise_equal(augment.transform_matrix, reference.transform_matrix.to(dtype))
-        assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
-    del expected_inverse
+        if reference.transform_matrix is not None:
+            assert augment.transform_matrix.dtype == dtype
+            assert bitwise_equal(augment.transform_matrix, reference.transform_matrix.to(dtype))
+        if geometric and reference.flags.get("cropping_mode", "resample") == "resample":  # a slice crop has none
+            assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
     if path == "chunks":
         assert shapes == [(2, 3, 96, 100)] * 3 + [(1, 3, 96, 100)]
-    else:
+    elif split == "grid":
         bands = 1 if name == "RandomPerspective" else 6  # 16 rows a band
         expected_shapes = [(1, 3, 96, 100)] * sum(bands if a else 1 for a in applied.tolist())
         assert shapes == expected_shapes
+    elif split == "rows":
+        assert shapes == [(1, 3, 16, 100)] * (7 * 6)  # every image, 16 rows a band
+    else:
+        assert shapes == [(1, 3, 96, 100)] * 7
 
 
 def _containers():
@@ -1026,6 +1050,12 @@ def _containers():
             augmentation.RandomRotation(20.0, p=0.7), random_apply=2),
         "ImageSequential": lambda: augmentation.ImageSequential(
             augmentation.RandomShear((-10.0, 10.0), p=0.6), augmentation.RandomPerspective(0.5, p=0.6)),
+        "a training pipeline": lambda: augmentation.AugmentationSequential(
+            augmentation.RandomResizedCrop((64, 70), p=1.0, cropping_mode="resample"),
+            augmentation.RandomHorizontalFlip(p=0.5), augmentation.ColorJiggle(0.2, 0.2, 0.2, 0.05, p=0.8),
+            augmentation.RandomGrayscale(p=0.3)),
+        "per-pixel children": lambda: augmentation.AugmentationSequential(
+            augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6), augmentation.RandomGamma((0.8, 1.2), p=0.6)),
     }
 
 
@@ -1062,12 +1092,14 @@ def _assert_same_state(got, expected, dtype, where):
 @pytest.mark.parametrize("path", ["chunks", "bands"])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(_containers()))
-def test_a_container_of_warps_image_by_image_is_the_release_float32_call_bitwise(name, dtype, path, monkeypatch):
-    """AugmentationSequential and ImageSequential of per-image warps, a large half batch: each
+def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dtype, path, monkeypatch):
+    """AugmentationSequential and ImageSequential of augmentations that treat each image alone (warps,
+    crops, flips, colour), a large half batch: each
     chunk's forward given every child's rows of the parameters drawn once. The output, every
     submodule's parameters and matrices, the composed ``transform_matrix``, the inverse and the
     random stream are the release's float32 call's (narrowed). A container of several warps takes
-    whole images (no bands: the second warps the first's whole output); of one, bands."""
+    whole images (no bands: the second warps the first's whole output); of one, bands of grid
+    rows; of per-pixel children only, bands of rows."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
 
     pixels = 96 * 100
@@ -1075,6 +1107,7 @@ def test_a_container_of_warps_image_by_image_is_the_release_float32_call_bitwise
     monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 2 * pixels if path == "chunks" else pixels)
     monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
     monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
+    monkeypatch.setattr(augmentation_pipeline, "ROW_BAND_PIXELS", 16 * 100)
     if path == "bands" and not _at_scale.takes_grid_bands(pixels):
         pytest.skip("the broadcast grid is not torch's here: no bands")
     shapes = _spy_forwards(monkeypatch)
@@ -1098,7 +1131,9 @@ def test_a_container_of_warps_image_by_image_is_the_release_float32_call_bitwise
     whole_images = [shape for shape in shapes if shape[0] == 7]
     assert not whole_images, shapes  # image by image, never the whole batch
     several = len(reference._params) > 1
-    if path == "chunks" or several:
+    if path == "bands" and name == "per-pixel children":
+        assert shapes == [(1, 3, 16, 100)] * (7 * 6)  # bands of rows: every child per pixel
+    elif path == "chunks" or several:
         per_call = 2 if path == "chunks" else 1
         assert shapes[: -(-7 // per_call)] == [(per_call, 3, 96, 100)] * (7 // per_call) + [(1, 3, 96, 100)] * (7 % per_call)
 
@@ -1142,7 +1177,8 @@ def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monk
     }
     for name, (build, call) in cases.items():
         if name == "unexpected parameters":
-            monkeypatch.setitem(augmentation_pipeline.WARPS_BY_IMAGE, "RandomRotation", ("angle",))
+            monkeypatch.setitem(augmentation_pipeline.AUGMENTATIONS_BY_IMAGE, "RandomRotation",
+                                augmentation_pipeline.ByImage(("angle",), split="grid"))
         with testing.isolated(only=()):
             torch.manual_seed(2)
             expected = call(build(), x.float().clone())

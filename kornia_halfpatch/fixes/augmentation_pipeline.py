@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -218,16 +218,47 @@ def _release_call(original: Any, module: torch.nn.Module, args: tuple, kwargs: D
         return original(module, *args, **kwargs)
 
 
-# Augmentations whose forward warps each image by its own matrix, built from parameters drawn one
-# row per applied image (class name -> those parameters' names). A large half batch's forward runs
-# image by image (``_forward_by_images``): the parameters drawn once for the whole batch, as the
-# release draws them, and each chunk's float32 forward warps its own rows of them.
-WARPS_BY_IMAGE = {
-    "RandomAffine": ("translations", "center", "scale", "angle", "shear_x", "shear_y"),
-    "RandomRotation": ("degrees",),
-    "RandomShear": ("center", "shear_x", "shear_y"),
-    "RandomTranslate": ("translate_x", "translate_y"),
-    "RandomPerspective": ("start_points", "end_points"),
+class ByImage(NamedTuple):
+    """How an augmentation's drawn parameters split by image, and how far one image may be split.
+
+    ``applied``: parameters with one row per applied image; ``every``: one row per image of the
+    batch; ``shared``: the whole batch's, passed to every chunk as drawn. ``split``: "grid" (a
+    warp: bands of its grid's rows, ``warp_in_grid_bands``), "rows" (each output pixel from its
+    own input pixel: bands of rows), "image" (whole images)."""
+
+    applied: Tuple[str, ...]
+    every: Tuple[str, ...] = ()
+    shared: Tuple[str, ...] = ()
+    split: str = "image"
+
+
+# Augmentations whose forward treats each image alone, with its own rows of the drawn parameters
+# (class name -> how). A large half batch's forward runs image by image (``_forward_by_images``):
+# the parameters drawn once for the whole batch, as the release draws them, and each chunk's
+# float32 forward given its own rows of them. Each row is tested bitwise against the release's
+# whole float32 call (0.7.0, 0.8.2, 0.8.3). ColorJitter's contrast subtracts each image's mean:
+# whole images; ColorJiggle's contrast is a product: per pixel.
+AUGMENTATIONS_BY_IMAGE = {
+    "RandomAffine": ByImage(("translations", "center", "scale", "angle", "shear_x", "shear_y"), split="grid"),
+    "RandomRotation": ByImage(("degrees",), split="grid"),
+    "RandomShear": ByImage(("center", "shear_x", "shear_y"), split="grid"),
+    "RandomTranslate": ByImage(("translate_x", "translate_y"), split="grid"),
+    "RandomPerspective": ByImage(("start_points", "end_points"), split="grid"),
+    "RandomResizedCrop": ByImage((), every=("src", "dst", "input_size", "output_size")),
+    "RandomCrop": ByImage((), every=("src", "dst", "input_size", "output_size", "padding_size")),
+    "RandomHorizontalFlip": ByImage((), split="rows"),
+    "RandomVerticalFlip": ByImage(()),
+    "RandomGaussianBlur": ByImage(("sigma",)),
+    "ColorJitter": ByImage(("brightness_factor", "contrast_factor", "hue_factor", "saturation_factor"),
+                           shared=("order",)),
+    "ColorJiggle": ByImage(("brightness_factor", "contrast_factor", "hue_factor", "saturation_factor"),
+                           shared=("order",), split="rows"),
+    "RandomBrightness": ByImage(("brightness_factor",), split="rows"),
+    "RandomContrast": ByImage(("contrast_factor",), split="rows"),
+    "RandomSaturation": ByImage(("saturation_factor",), split="rows"),
+    "RandomHue": ByImage(("hue_factor",), split="rows"),
+    "RandomGamma": ByImage(("gamma_factor", "gain_factor"), split="rows"),
+    "RandomGrayscale": ByImage((), split="rows"),
 }
 # Parameters of the whole batch: one applied/not flag per image, and the input's shape.
 BATCH_PARAMETERS = ("batch_prob", "forward_input_shape")
@@ -236,55 +267,65 @@ BATCH_PARAMETERS = ("batch_prob", "forward_input_shape")
 # widened batch, the release's float32 grid and output (2C + 2 floats a pixel) and the half output
 # were 1.6-1.8x the release's float32 memory for 4x3x1024x1024 RandomAffine (measured); a chunk of
 # the batch holds that much only for its images. An image of CHUNK_PIXELS or more goes band by band
-# of grid rows: whole 1024x1024 images one at a time still held 1.08-1.10x the release's float32
-# memory, in bands 0.58-0.90x (measured). Below 2^16 pixels an image the whole batch is one call: a
-# chunk's forward costs ~1 ms of Python.
+# (of grid rows for a warp, of rows for a per-pixel augmentation): whole 1024x1024 images one at a
+# time still held 1.08-1.10x the release's float32 memory, in bands 0.58-0.90x (measured). Below
+# 2^16 pixels an image the whole batch is one call: a chunk's forward costs ~1 ms of Python.
 CHUNK_PIXELS = 1 << 20
 CHUNKED_IMAGE_PIXELS = 1 << 16
+# Pixels of a band of rows of a per-pixel augmentation: its float32 temporaries stay in cache
+# (4x3x1024x1024 ColorJiggle on AVX-512: bands of 32 rows 0.27 s, 64 0.22 s, 128 0.24 s, whole
+# images 0.40 s, the whole batch 0.57 s; measured).
+ROW_BAND_PIXELS = 1 << 16
 
 
-def _warps_by_image(module: torch.nn.Module) -> Optional[Tuple[str, ...]]:
+def _by_image(module: Any) -> Optional[ByImage]:
     kind = type(module)
     if not kind.__module__.startswith("kornia.augmentation."):
-        return None  # a user's subclass may draw or warp otherwise
-    return WARPS_BY_IMAGE.get(kind.__name__)
+        return None  # a user's subclass may draw or transform otherwise
+    return AUGMENTATIONS_BY_IMAGE.get(kind.__name__)
 
 
-def _rows_by_image(params: Dict[str, Any], per_image: Tuple[str, ...], batch: int) -> Optional[torch.Tensor]:
+def _rows_by_image(params: Dict[str, Any], row: ByImage, batch: int) -> Optional[torch.Tensor]:
     """The applied/not flag of each image, where the drawn parameters are exactly the row's: one row
-    per applied image of each per-image parameter, one flag per image; else None."""
+    per applied image of each ``applied`` parameter, one per image of each ``every`` one, one flag
+    per image; else None."""
     flags = params.get("batch_prob")
-    if set(params) != set(per_image) | set(BATCH_PARAMETERS) or not isinstance(flags, torch.Tensor):
+    if set(params) != set(row.applied) | set(row.every) | set(row.shared) | set(BATCH_PARAMETERS):
         return None
-    if flags.shape != (batch,):
+    if not isinstance(flags, torch.Tensor) or flags.shape != (batch,):
         return None
     to_apply = flags > 0.5  # as the release reads it (relaxed distributions)
     applied = int(to_apply.sum())
-    if not all(isinstance(params[k], torch.Tensor) and params[k].dim() > 0 and params[k].shape[0] == applied
-               for k in per_image):
-        return None
+    for keys, rows in ((row.applied, applied), (row.every, batch)):
+        if not all(isinstance(params[k], torch.Tensor) and params[k].dim() > 0 and params[k].shape[0] == rows
+                   for k in keys):
+            return None
     return to_apply
 
 
 # Containers whose forward of an image alone runs their children in turn, each with its own
-# drawn parameters (``params=``): a container of ``WARPS_BY_IMAGE`` children goes image by image
-# as one of them does, each chunk given every child's rows. (VideoSequential and PatchSequential
-# reshape the batch first; their rows are not the images'.)
+# drawn parameters (``params=``): a container of ``AUGMENTATIONS_BY_IMAGE`` children goes image by
+# image as one of them does, each chunk given every child's rows. (VideoSequential and
+# PatchSequential reshape the batch first; their rows are not the images'.)
 CONTAINERS_BY_IMAGE = {"AugmentationSequential": "AugmentationSequential.forward",
                        "ImageSequential": "ImageSequentialBase.forward"}
 
+Slicer = Callable[[Any, int], Optional[Callable[[int, int], Any]]]
+
 
 def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
-                      kwargs: Dict[str, Any]) -> Optional[Callable[[Any, int], Optional[Callable[[int, int], Any]]]]:
+                      kwargs: Dict[str, Any]) -> Optional[Tuple[Slicer, str]]:
     """For a call that may go image by image: a function of the drawn parameters and the batch
     giving ``own(start, stop)``, the parameters of those images alone (None where the drawn
-    parameters are not one row per image); None for any other call."""
+    parameters are not one row per image), and how far one image may be split (``ByImage.split``;
+    a container: "rows" where every child's is, "grid" for one warp, else "image"); None for any
+    other call."""
     qualname = getattr(original, "__qualname__", "")
     if qualname == "_BasicAugmentationBase.forward":
-        per_image = _warps_by_image(module)
-        if per_image is None or kwargs or not 1 <= len(args) <= 2 or (len(args) == 2 and args[1] is not None):
+        row = _by_image(module)
+        if row is None or kwargs or not 1 <= len(args) <= 2 or (len(args) == 2 and args[1] is not None):
             return None  # given parameters (a container's replay): the whole call
-        return lambda params, batch: _own_rows(params, per_image, batch)
+        return (lambda params, batch: _own_rows(params, row, batch)), row.split
     kind = type(module)
     if CONTAINERS_BY_IMAGE.get(kind.__name__) != qualname or not kind.__module__.startswith("kornia.augmentation."):
         return None
@@ -296,8 +337,11 @@ def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
     if keys is not None and [getattr(key, "name", key) for key in keys] not in (["INPUT"], ["IMAGE"]):
         return None
     children = dict(module.named_children())
-    if not children or any(_warps_by_image(child) is None for child in children.values()):
+    rows = [_by_image(child) for child in children.values()]
+    if not children or any(row is None for row in rows):
         return None
+    splits = {row.split for row in rows}
+    split = "rows" if splits == {"rows"} else "grid" if len(rows) == 1 and splits == {"grid"} else "image"
 
     def slicer(params: Any, batch: int) -> Optional[Callable[[int, int], Any]]:
         if not isinstance(params, list) or not params:
@@ -305,26 +349,27 @@ def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
         owns = []
         for item in params:
             child = children.get(getattr(item, "name", None))
-            per_image = _warps_by_image(child) if child is not None else None
-            own = _own_rows(item.data, per_image, batch) if per_image is not None else None
+            row = _by_image(child) if child is not None else None
+            own = _own_rows(item.data, row, batch) if row is not None else None
             if own is None:
                 return None
             owns.append(own)
         return lambda start, stop: [type(item)(item.name, own(start, stop)) for item, own in zip(params, owns)]
 
-    return slicer
+    return slicer, split
 
 
-def _own_rows(params: Any, per_image: Tuple[str, ...], batch: int) -> Optional[Callable[[int, int], Dict[str, Any]]]:
+def _own_rows(params: Any, row: ByImage, batch: int) -> Optional[Callable[[int, int], Dict[str, Any]]]:
     if not isinstance(params, dict):
         return None
-    to_apply = _rows_by_image(params, per_image, batch)
+    to_apply = _rows_by_image(params, row, batch)
     if to_apply is None:
         return None
 
     def own(start: int, stop: int) -> Dict[str, Any]:
         first, last = int(to_apply[:start].sum()), int(to_apply[:stop].sum())
-        rows = {key: value[first:last] if key in per_image else value for key, value in params.items()}
+        rows = {key: value[first:last] if key in row.applied else value[start:stop] if key in row.every else value
+                for key, value in params.items()}
         rows["batch_prob"] = params["batch_prob"][start:stop]
         return rows
 
@@ -417,30 +462,33 @@ def _put_whole_batch_state(module: torch.nn.Module, params: Any, given: List[Any
 
 def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
                        dtype: torch.dtype) -> Optional[torch.Tensor]:
-    """A large half batch through a per-image warp augmentation (``WARPS_BY_IMAGE``), or a
-    container of them (``CONTAINERS_BY_IMAGE``), image by image, each output narrowed straight
-    into the half output; None where the call is not one (the whole widened call then runs).
+    """A large half batch through an augmentation that treats each image alone
+    (``AUGMENTATIONS_BY_IMAGE``), or a container of them (``CONTAINERS_BY_IMAGE``), image by image,
+    each output narrowed straight into the half output; None where the call is not one (the whole
+    widened call then runs).
 
     The parameters are drawn once, by the release's ``forward_parameters`` for the batch's shape:
     the same generator calls as the release's forward makes (same seed, same stream). Each chunk's
     forward gets its images' rows of them (``params=``; a container's list, each child's rows) and
-    warps each image by the same float32 operations as the whole batch's call (matrices and grids
-    are built image by image; a container composes its children's matrices lazily, from the whole
-    batch's): the output, ``_params`` and the transform matrices are the whole call's, bit for bit
-    (tested). An image of at least ``CHUNK_PIXELS`` is warped band by band of output rows
-    (``warp_in_grid_bands``, where the broadcast grid is torch's), by a single augmentation or a
-    container of one: its forward is called once per band, each answered with its band's rows of
-    the grid. A container of several warps a whole image at a time (the second warps the first's
-    whole output)."""
-    slicer = _per_image_slicer(original, module, args, kwargs)
-    if slicer is None:
+    computes each image by the same float32 operations as the whole batch's call (matrices and
+    grids are built image by image; a container composes its children's matrices lazily, from the
+    whole batch's): the output, ``_params`` and the transform matrices are the whole call's, bit
+    for bit (tested). An image of at least ``CHUNK_PIXELS`` goes band by band: of output rows of
+    its grid for a warp (``warp_in_grid_bands``, where the broadcast grid is torch's; a single
+    augmentation or a container of one: its forward is called once per band, each answered with
+    its band's rows of the grid), of rows of the image for a per-pixel augmentation or a container
+    of them (``ROW_BAND_PIXELS`` a band). Otherwise a whole image at a time (a container of
+    several warps: the second warps the first's whole output)."""
+    found = _per_image_slicer(original, module, args, kwargs)
+    if found is None:
         return None
+    slicer, split = found
     image = args[0]
     if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype not in HALF_DTYPES:
         return None
     batch, pixels = image.shape[0], image.shape[-2] * image.shape[-1]
     count = max(1, CHUNK_PIXELS // max(pixels, 1))
-    banded_size = pixels >= CHUNK_PIXELS and takes_grid_bands(pixels)
+    banded_size = pixels >= CHUNK_PIXELS and (split == "rows" or (split == "grid" and takes_grid_bands(pixels)))
     if pixels < CHUNKED_IMAGE_PIXELS or (batch <= count and not banded_size) or image.numel() == 0:
         return None
     if is_compiling() or torch.jit.is_tracing() or (torch.is_grad_enabled() and image.requires_grad):
@@ -457,11 +505,30 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
 
     if own is None:
         return whole()
-    in_bands = banded_size and not (isinstance(params, list) and len(params) > 1)
+    in_bands = banded_size and not (split == "grid" and isinstance(params, list) and len(params) > 1)
     states: List[List[Tuple[Any, Any, Any]]] = []
     given: List[Any] = []
     out: Optional[torch.Tensor] = None
-    if in_bands:
+    if in_bands and split == "rows":
+        height, width = image.shape[-2:]
+        band = max(1, ROW_BAND_PIXELS // max(width, 1))
+        for index in range(batch):
+            rows = own(index, index + 1)
+            for start in range(0, height, band):
+                stop = min(start + band, height)
+                result = original(module, image[index : index + 1, :, start:stop].float(), params=rows)
+                if (not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.dim() != 4
+                        or result.shape[0] != 1 or tuple(result.shape[-2:]) != (stop - start, width)):
+                    return whole()  # not pixel by pixel after all
+                if out is None:
+                    out = torch.empty((batch, result.shape[1], height, width), dtype=dtype, device=result.device)
+                elif result.shape[1] != out.shape[1]:
+                    return whole()
+                out[index : index + 1, :, start:stop] = result
+                del result
+            given.append(rows)
+            states.append(_call_state(module))
+    elif in_bands:
         def images() -> Iterator[Callable[[], Any]]:
             for index in range(batch):
                 widened, rows = image[index : index + 1].float(), own(index, index + 1)
