@@ -987,10 +987,11 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     """An augmentation that treats each image alone, a large half batch, forward by forward of a
     few images (chunks) or of one image band by band (bands: of grid rows for a warp, where
     RandomPerspective builds no affine grid and takes its image whole; of rows for a per-pixel
-    augmentation; whole images for the others): the output is the release's float32 call
-    narrowed, bit for bit, and ``_params``, the random stream after the call, ``transform_matrix``
-    (narrowed) and a geometric one's inverse are the float32 call's. Seven images, p=0.6: applied
-    and passed-through images in one chunk."""
+    augmentation; whole images for the others); a flip, which only moves values, by the release's
+    own forward on the half batch where the release takes the dtype: the output is the release's
+    float32 call narrowed, bit for bit, and ``_params``, the random stream after the call,
+    ``transform_matrix`` (narrowed) and a geometric one's inverse are the float32 call's. Seven
+    images, p=0.6: applied and passed-through images in one chunk."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
 
     pixels = 96 * 100
@@ -1003,6 +1004,8 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     if path == "bands" and split == "grid" and not _at_scale.takes_grid_bands(pixels):
         pytest.skip("the broadcast grid is not torch's here: no bands")
     shapes = _spy_forwards(monkeypatch)
+    boxes = _poisoned_copies(monkeypatch)  # a crop's copies start as NaN: only what it reads is filled
+    monkeypatch.setattr(augmentation_pipeline, "_REFUSED_HALF", set())  # asked again in this test
     x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
     with testing.isolated(only=()):
         reference = _augmentations()[name]()
@@ -1026,7 +1029,21 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
             assert bitwise_equal(augment.transform_matrix, reference.transform_matrix.to(dtype))
         if geometric and reference.flags.get("cropping_mode", "resample") == "resample":  # a slice crop has none
             assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
-    if path == "chunks":
+    if augmentation_pipeline.AUGMENTATIONS_BY_IMAGE[name.split()[0]].sampled:
+        assert boxes and all(r[0] <= r[1] <= 96 and c[0] <= c[1] <= 100 for r, c in boxes)
+        if "resample" not in name and "RandomCrop" not in name:  # a crop by indices: its box alone
+            assert sum((r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes) < 7 * 96 * 100
+    else:
+        assert not boxes
+    row = augmentation_pipeline.AUGMENTATIONS_BY_IMAGE[name.split()[0]]
+    refused = (type(augment), dtype) in augmentation_pipeline._REFUSED_HALF
+    if row.exact and refused:
+        # the release refused the half image (bfloat16 on 0.7.0-0.8.2) before it drew or moved anything
+        assert shapes[0] == (7, 3, 96, 100)
+        shapes = shapes[1:]
+    if row.exact and not refused:
+        assert shapes == [(7, 3, 96, 100)]  # the release's own forward on the half batch, whole
+    elif path == "chunks":
         assert shapes == [(2, 3, 96, 100)] * 3 + [(1, 3, 96, 100)]
     elif split == "grid":
         bands = 1 if name == "RandomPerspective" else 6  # 16 rows a band
@@ -1360,7 +1377,7 @@ def _poisoned_copies(monkeypatch):
     from kornia_halfpatch.fixes import _at_scale
 
     boxes = []
-    real_widened, real_fill = _at_scale._SampledSources.widened, _at_scale._SampledSources._fill
+    real_widened, real_fill = _at_scale.SampledSources.widened, _at_scale.SampledSources._fill
 
     def widened(self, value, channels_last):
         copy = real_widened(self, value, channels_last)
@@ -1372,8 +1389,8 @@ def _poisoned_copies(monkeypatch):
         boxes.append((rows, columns))
         return real_fill(self, entry, rows, columns)
 
-    monkeypatch.setattr(_at_scale._SampledSources, "widened", widened)
-    monkeypatch.setattr(_at_scale._SampledSources, "_fill", fill)
+    monkeypatch.setattr(_at_scale.SampledSources, "widened", widened)
+    monkeypatch.setattr(_at_scale.SampledSources, "_fill", fill)
     return boxes
 
 
@@ -1406,14 +1423,24 @@ def test_a_large_half_crop_reads_its_float32_copy_only_where_filled(name, dtype,
 
 
 def test_any_other_read_of_a_sampled_copy_fills_it_whole():
-    """A release step other than grid_sample that takes the copy (a sum, a view) sees the whole
-    widened image; shape and dtype reads fill nothing."""
+    """A release step other than grid_sample or a plain slice that takes the copy (a sum, a strided
+    slice, a concatenation) sees the whole widened image; a plain slice of rows and columns (a crop
+    by indices) fills its box alone; shape and dtype reads fill nothing."""
     from kornia_halfpatch.fixes import _at_scale
 
     half = image(2, 3, 64).half()
-    for step in (lambda c: c.sum(), lambda c: c[:, :, 10:20].clone(), lambda c: torch.cat([c, c]),
+    boxes = {"rows": (lambda c: c[:, :, 10:20].clone(), 2 * 3 * 10 * 64),
+             "box": (lambda c: c[..., 5:9, -7:] * 2, 2 * 3 * 4 * 7)}
+    for name, (step, filled) in boxes.items():
+        sources = _at_scale.SampledSources(half.shape[1:])
+        copy = sources.widened(half, False)
+        copy.fill_(float("nan"))
+        with sources:
+            got = step(copy)
+        assert bitwise_equal(got, step(half.float())) and sources.filled_elements == filled, name
+    for step in (lambda c: c.sum(), lambda c: c[:, :, 10:20:2].clone(), lambda c: c[0], lambda c: torch.cat([c, c]),
                  lambda c: torch.ones(3).to(c) * c.mean()):
-        sources = _at_scale._SampledSources(half.shape[1:])
+        sources = _at_scale.SampledSources(half.shape[1:])
         copy = sources.widened(half, False)
         copy.fill_(float("nan"))
         with sources:
@@ -1423,7 +1450,7 @@ def test_any_other_read_of_a_sampled_copy_fills_it_whole():
         assert bitwise_equal(got, step(half.float()))
         assert sources.filled_elements == half.numel()
     # Not a copy to fill: a channels-last or non-contiguous half image, a float32 tensor
-    sources = _at_scale._SampledSources(half.shape[1:])
+    sources = _at_scale.SampledSources(half.shape[1:])
     for value in (half.to(memory_format=torch.channels_last), half.transpose(-1, -2), half.float()):
         assert bitwise_equal(sources.widened(value, False), value.float())
     assert sources.copies == []

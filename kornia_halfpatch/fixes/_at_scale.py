@@ -209,14 +209,38 @@ _METADATA_ONLY = frozenset({torch.Tensor.shape.__get__, torch.Tensor.dtype.__get
 _SAMPLED_MARGIN = 3
 
 
-class _SampledSources(TorchFunctionMode):
+def _sliced_box(args: tuple, entry_shape: Any) -> Optional[tuple]:
+    """The (rows, columns) an index of plain slices (``x[..., a:b, c:d]``, steps of 1, whole
+    leading dimensions) takes from an image of ``entry_shape``; None for any other index."""
+    if len(args) != 2:
+        return None
+    index = args[1] if isinstance(args[1], tuple) else (args[1],)
+    if index and index[0] is Ellipsis:
+        index = (slice(None),) * (len(entry_shape) - len(index) + 1) + tuple(index[1:])
+    if len(index) > len(entry_shape) or not all(isinstance(i, slice) and i.step in (None, 1) for i in index):
+        return None
+    index = tuple(index) + (slice(None),) * (len(entry_shape) - len(index))
+    if any(i != slice(None) for i in index[:-2]):
+        return None
+    box = []
+    for part, size in zip(index[-2:], entry_shape[-2:]):
+        try:
+            start, stop, _ = part.indices(size)
+        except TypeError:  # tensor bounds: not plain
+            return None
+        box.append((start, max(stop, start)))
+    return tuple(box)
+
+
+class SampledSources(TorchFunctionMode):
     """The float32 copies of half images a crop's release call samples, filled on demand: each
     copy (``widened``) is allocated unfilled, and at the ``grid_sample`` that reads it only the
     rows and columns its grid can reach (``_SAMPLED_MARGIN`` around its extreme points) are
-    widened from the half image; untouched pages are never faulted in. Any other use of a copy
-    that may read values (anything but ``_METADATA_ONLY`` and ``x.to(copy)``), a grid with a
-    non-finite point, or reflection padding reaching past the image fills the whole copy first:
-    every value the release reads is the widened half value, as in the whole widened call."""
+    widened from the half image, at a slice of its rows and columns (a crop by indices) only that
+    box; untouched pages are never faulted in. Any other use of a copy that may read values
+    (anything but ``_METADATA_ONLY`` and ``x.to(copy)``), a grid with a non-finite point, or
+    reflection padding reaching past the image fills the whole copy first: every value the
+    release reads is the widened half value, as in the whole widened call."""
 
     def __init__(self, image_shape: Any) -> None:
         super().__init__()
@@ -289,9 +313,12 @@ class _SampledSources(TorchFunctionMode):
             if touched:
                 bound = _bound(func, args, kwargs) if func is _TORCH_GRID_SAMPLE else None
                 reads_dtype_only = func is torch.Tensor.to and bool(args) and self._entry(args[0]) is None
+                box = _sliced_box(args, entry_shape=touched[0][1].shape) if func is torch.Tensor.__getitem__ else None
                 for entry in touched:
                     if bound is not None and bound.get("input") is entry[0]():
                         self._fill_sampled(entry, bound)
+                    elif box is not None and args[0] is entry[0]():
+                        self._fill(entry, *box)
                     elif not reads_dtype_only:
                         self._fill(entry, (0, entry[1].shape[-2]), (0, entry[1].shape[-1]))
         return func(*args, **kwargs)
@@ -318,7 +345,7 @@ def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keyw
 
 def crop_from_sampled_rows(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
     """A crop (``center_crop``, ``crop_by_transform_mat``): as ``per_thread_images``, but a large
-    image's float32 copy is filled only where its grid samples (``_SampledSources``). A crop of
+    image's float32 copy is filled only where its grid samples (``SampledSources``). A crop of
     a quarter of the image otherwise widens it all for that quarter (4x3x2048x2048 center_crop:
     1.6x the release's float32 memory and time)."""
     return _warp_images(original, dtype, arguments, keywords, sampled_rows=True)
@@ -335,7 +362,7 @@ def _warp_images(original: Any, dtype: torch.dtype, arguments: tuple, keywords: 
     if isinstance(warps, _LargeWarps):
         widen: Callable[[Any, bool], Any] = _widened
         if sampled_rows and image.dim() == 4:
-            sources = _SampledSources(image.shape[1:])
+            sources = SampledSources(image.shape[1:])
             original, widen = sources.calling(original), sources.widened
         if warps.broadcast and image.dim() == 4 and (pixels >= BANDED_WARP_PIXELS or
                                                      whole_images_exceed_float32(image.shape[0], image.shape[1])):

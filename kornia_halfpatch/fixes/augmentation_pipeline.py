@@ -50,7 +50,7 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
 from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context
 from .._torch_compat import is_compiling
-from ._at_scale import large_warps, takes_grid_bands, warp_in_grid_bands
+from ._at_scale import SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -224,12 +224,19 @@ class ByImage(NamedTuple):
     ``applied``: parameters with one row per applied image; ``every``: one row per image of the
     batch; ``shared``: the whole batch's, passed to every chunk as drawn. ``split``: "grid" (a
     warp: bands of its grid's rows, ``warp_in_grid_bands``), "rows" (each output pixel from its
-    own input pixel: bands of rows), "image" (whole images)."""
+    own input pixel: bands of rows), "image" (whole images). ``sampled``: its forward reads a part
+    of its image (a crop), so each image's float32 copy is filled only where the release reads it
+    (``SampledSources``). ``exact``: its forward only moves values (a flip), so the release's own
+    forward on the half image gives the float32 call's output narrowed, bit for bit, and its
+    matrix is the float32 one rounded once (integers and -1): called on the half batch whole,
+    where the release takes its dtype (0.7.0-0.8.2 refuse bfloat16 here: then by image)."""
 
     applied: Tuple[str, ...]
     every: Tuple[str, ...] = ()
     shared: Tuple[str, ...] = ()
     split: str = "image"
+    sampled: bool = False
+    exact: bool = False
 
 
 # Augmentations whose forward treats each image alone, with its own rows of the drawn parameters
@@ -244,10 +251,10 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomShear": ByImage(("center", "shear_x", "shear_y"), split="grid"),
     "RandomTranslate": ByImage(("translate_x", "translate_y"), split="grid"),
     "RandomPerspective": ByImage(("start_points", "end_points"), split="grid"),
-    "RandomResizedCrop": ByImage((), every=("src", "dst", "input_size", "output_size")),
-    "RandomCrop": ByImage((), every=("src", "dst", "input_size", "output_size", "padding_size")),
-    "RandomHorizontalFlip": ByImage((), split="rows"),
-    "RandomVerticalFlip": ByImage(()),
+    "RandomResizedCrop": ByImage((), every=("src", "dst", "input_size", "output_size"), sampled=True),
+    "RandomCrop": ByImage((), every=("src", "dst", "input_size", "output_size", "padding_size"), sampled=True),
+    "RandomHorizontalFlip": ByImage((), split="rows", exact=True),
+    "RandomVerticalFlip": ByImage((), exact=True),
     "RandomGaussianBlur": ByImage(("sigma",)),
     "ColorJitter": ByImage(("brightness_factor", "contrast_factor", "hue_factor", "saturation_factor"),
                            shared=("order",)),
@@ -314,18 +321,18 @@ Slicer = Callable[[Any, int], Optional[Callable[[int, int], Any]]]
 
 
 def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
-                      kwargs: Dict[str, Any]) -> Optional[Tuple[Slicer, str]]:
+                      kwargs: Dict[str, Any]) -> Optional[Tuple[Slicer, ByImage]]:
     """For a call that may go image by image: a function of the drawn parameters and the batch
     giving ``own(start, stop)``, the parameters of those images alone (None where the drawn
     parameters are not one row per image), and how far one image may be split (``ByImage.split``;
-    a container: "rows" where every child's is, "grid" for one warp, else "image"); None for any
-    other call."""
+    a container: "rows" where every child's is, "grid" for one warp, else "image"; its image read
+    whole and computed in float32); None for any other call."""
     qualname = getattr(original, "__qualname__", "")
     if qualname == "_BasicAugmentationBase.forward":
         row = _by_image(module)
         if row is None or kwargs or not 1 <= len(args) <= 2 or (len(args) == 2 and args[1] is not None):
             return None  # given parameters (a container's replay): the whole call
-        return (lambda params, batch: _own_rows(params, row, batch)), row.split
+        return (lambda params, batch: _own_rows(params, row, batch)), row
     kind = type(module)
     if CONTAINERS_BY_IMAGE.get(kind.__name__) != qualname or not kind.__module__.startswith("kornia.augmentation."):
         return None
@@ -356,7 +363,7 @@ def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
             owns.append(own)
         return lambda start, stop: [type(item)(item.name, own(start, stop)) for item, own in zip(params, owns)]
 
-    return slicer, split
+    return slicer, ByImage((), split=split)
 
 
 def _own_rows(params: Any, row: ByImage, batch: int) -> Optional[Callable[[int, int], Dict[str, Any]]]:
@@ -460,6 +467,25 @@ def _put_whole_batch_state(module: torch.nn.Module, params: Any, given: List[Any
     return True
 
 
+_REFUSED_HALF: set = set()  # (class, dtype) whose release refused the half image
+
+
+def _release_half_forward(original: Any, module: torch.nn.Module, image: torch.Tensor, params: Any) -> Optional[Any]:
+    """The release's forward on the half image itself, with the drawn parameters (``ByImage.exact``);
+    None where the release refuses the dtype (remembered) or gives another dtype or shape."""
+    key = (type(module), image.dtype)
+    if key in _REFUSED_HALF:
+        return None
+    try:
+        result = original(module, image, params=params)
+    except TypeError:  # "Expected input of [float16, float32, float64]": bfloat16 on 0.7.0-0.8.2
+        _REFUSED_HALF.add(key)
+        return None
+    if not isinstance(result, torch.Tensor) or result.dtype != image.dtype or result.shape != image.shape:
+        return None
+    return result
+
+
 def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
                        dtype: torch.dtype) -> Optional[torch.Tensor]:
     """A large half batch through an augmentation that treats each image alone
@@ -482,7 +508,8 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     found = _per_image_slicer(original, module, args, kwargs)
     if found is None:
         return None
-    slicer, split = found
+    slicer, row = found
+    split, sampled = row.split, row.sampled
     image = args[0]
     if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype not in HALF_DTYPES:
         return None
@@ -496,6 +523,10 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     if _float32_state(module):
         return None  # half parameters: the whole call, reparametrised
     params = module.forward_parameters(image.shape)
+    if row.exact and _rows_by_image(params, row, batch) is not None:
+        moved = _release_half_forward(original, module, image, params)
+        if moved is not None:
+            return moved
     own = slicer(params, batch)
 
     def whole() -> Any:
@@ -542,7 +573,14 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
             stop = min(start + count, batch)
             rows = own(start, stop)
             with large_warps(pixels):
-                result = original(module, image[start:stop].float(), params=rows)
+                if sampled:
+                    sources = SampledSources(image.shape[1:])
+                    widened = sources.widened(image[start:stop], False)
+                    with sources:
+                        result = original(module, widened, params=rows)
+                    del widened
+                else:
+                    result = original(module, image[start:stop].float(), params=rows)
             if not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.shape[0] != stop - start:
                 return whole()  # not image by image after all
             if out is None:
