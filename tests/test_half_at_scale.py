@@ -1128,6 +1128,7 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
     if path == "bands" and not _at_scale.takes_grid_bands(pixels):
         pytest.skip("the broadcast grid is not torch's here: no bands")
     shapes = _spy_forwards(monkeypatch)
+    boxes = _poisoned_copies(monkeypatch)  # a first child's crop reads a copy that starts as NaN
     x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
     with testing.isolated(only=()):
         reference = _containers()[name]()
@@ -1145,6 +1146,10 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
         if expected_matrix is not None:
             assert bitwise_equal(augment.transform_matrix, expected_matrix.to(dtype))
             assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+    if name == "a training pipeline":  # its first child a crop: the container's copies filled where it samples
+        assert boxes and sum((r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes) < 7 * 96 * 100
+    else:
+        assert not boxes
     whole_images = [shape for shape in shapes if shape[0] == 7]
     assert not whole_images, shapes  # image by image, never the whole batch
     several = len(reference._params) > 1

@@ -523,6 +523,10 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     if _float32_state(module):
         return None  # half parameters: the whole call, reparametrised
     params = module.forward_parameters(image.shape)
+    if isinstance(params, list) and params and split == "image":
+        # A container's first child reads the container's image: a crop there reads a part of it.
+        first = _by_image(dict(module.named_children()).get(getattr(params[0], "name", None)))
+        sampled = first is not None and first.sampled
     if row.exact and _rows_by_image(params, row, batch) is not None:
         moved = _release_half_forward(original, module, image, params)
         if moved is not None:
