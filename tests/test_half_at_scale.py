@@ -958,7 +958,31 @@ def _augmentations():
         "RandomHue": lambda: augmentation.RandomHue((-0.2, 0.2), p=0.6),
         "RandomGamma": lambda: augmentation.RandomGamma((0.8, 1.2), (0.9, 1.1), p=0.6),
         "RandomGrayscale": lambda: augmentation.RandomGrayscale(p=0.6),
+        "RandomPosterize": lambda: augmentation.RandomPosterize(3, p=0.6),
+        "RandomSolarize": lambda: augmentation.RandomSolarize(0.1, 0.1, p=0.6),
+        "RandomInvert": lambda: augmentation.RandomInvert(p=0.6),
+        "RandomChannelShuffle": lambda: augmentation.RandomChannelShuffle(p=0.6),
+        "RandomRGBShift": lambda: augmentation.RandomRGBShift(p=0.6),
+        "Normalize": lambda: augmentation.Normalize(torch.tensor([0.4, 0.5, 0.6]), torch.tensor([0.2, 0.25, 0.3])),
+        "RandomSharpness": lambda: augmentation.RandomSharpness(0.5, p=0.6),
+        "RandomEqualize": lambda: augmentation.RandomEqualize(p=0.6),
+        "RandomAutoContrast": lambda: augmentation.RandomAutoContrast(p=0.6),
+        "RandomBoxBlur": lambda: augmentation.RandomBoxBlur((5, 5), p=0.6),
+        "RandomErasing": lambda: augmentation.RandomErasing(p=0.6),
     }
+
+
+def _small_images_by_image(monkeypatch, path):
+    """96x100 images taken as large: two a chunk ("chunks"), or one in bands of 16 rows ("bands")."""
+    from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
+
+    pixels = 96 * 100
+    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", pixels)
+    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 2 * pixels if path == "chunks" else pixels)
+    monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
+    monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
+    monkeypatch.setattr(augmentation_pipeline, "ROW_BAND_PIXELS", 16 * 100)
+    return pixels
 
 
 def _spy_forwards(monkeypatch):
@@ -994,12 +1018,7 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     images, p=0.6: applied and passed-through images in one chunk."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
 
-    pixels = 96 * 100
-    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", pixels)
-    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 2 * pixels if path == "chunks" else pixels)
-    monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
-    monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
-    monkeypatch.setattr(augmentation_pipeline, "ROW_BAND_PIXELS", 16 * 100)
+    pixels = _small_images_by_image(monkeypatch, path)
     split = augmentation_pipeline.AUGMENTATIONS_BY_IMAGE[name.split()[0]].split
     if path == "bands" and split == "grid" and not _at_scale.takes_grid_bands(pixels):
         pytest.skip("the broadcast grid is not torch's here: no bands")
@@ -1020,7 +1039,7 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         assert torch.equal(torch.random.get_rng_state(), stream)
         assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
         applied = augment._params["batch_prob"] > 0.5
-        if "Crop" not in name:  # a crop is drawn for the whole batch or none (the output has its size)
+        if "Crop" not in name and name != "Normalize":  # drawn for the whole batch or none (a crop: its size)
             assert 0 < int(applied.sum()) < 7  # both kinds of image in the batch
         assert set(augment._params) == set(reference._params)
         assert all(torch.equal(augment._params[k], reference._params[k]) for k in reference._params)
@@ -1119,12 +1138,7 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
     rows; of per-pixel children only, bands of rows."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
 
-    pixels = 96 * 100
-    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", pixels)
-    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", 2 * pixels if path == "chunks" else pixels)
-    monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
-    monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
-    monkeypatch.setattr(augmentation_pipeline, "ROW_BAND_PIXELS", 16 * 100)
+    pixels = _small_images_by_image(monkeypatch, path)
     if path == "bands" and not _at_scale.takes_grid_bands(pixels):
         pytest.skip("the broadcast grid is not torch's here: no bands")
     shapes = _spy_forwards(monkeypatch)

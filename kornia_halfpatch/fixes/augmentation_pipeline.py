@@ -266,6 +266,18 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomHue": ByImage(("hue_factor",), split="rows"),
     "RandomGamma": ByImage(("gamma_factor", "gain_factor"), split="rows"),
     "RandomGrayscale": ByImage((), split="rows"),
+    "RandomPosterize": ByImage(("bits_factor",), split="rows"),
+    "RandomSolarize": ByImage(("thresholds", "additions"), split="rows"),
+    "RandomInvert": ByImage((), split="rows"),
+    "RandomChannelShuffle": ByImage(("channels",), split="rows"),
+    "RandomRGBShift": ByImage(("r_shift", "g_shift", "b_shift"), split="rows"),
+    "Normalize": ByImage((), split="rows"),
+    # a neighbourhood, a histogram or a box in the image's own coordinates: whole images
+    "RandomSharpness": ByImage(("sharpness",)),
+    "RandomEqualize": ByImage(()),
+    "RandomAutoContrast": ByImage(()),
+    "RandomBoxBlur": ByImage(()),
+    "RandomErasing": ByImage(("widths", "heights", "xs", "ys", "values")),
 }
 # Parameters of the whole batch: one applied/not flag per image, and the input's shape.
 BATCH_PARAMETERS = ("batch_prob", "forward_input_shape")
