@@ -232,6 +232,37 @@ def _sliced_box(args: tuple, entry_shape: Any) -> Optional[tuple]:
     return tuple(box)
 
 
+class _SeenIndexing(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        self.seen += 1
+        return func(*args, **(kwargs or {}))
+
+
+_modes_see_indexing: list = []
+
+
+def modes_see_indexing() -> bool:
+    """Whether a torch function mode sees every way of indexing a tensor. On torch 2.1 ``x[0]`` and
+    ``x[None]`` reach no mode (measured), so a view of a ``SampledSources`` copy could be made
+    unseen and read unfilled: there the copies are not used (asked once per process)."""
+    if not _modes_see_indexing:
+        probe, tensor = _SeenIndexing(), torch.zeros(2, 2)
+        ways = (lambda: tensor[0], lambda: tensor[None], lambda: tensor[..., 0], lambda: tensor[0, 1],
+                lambda: tensor[:, 0], lambda: tensor[1:])
+        try:
+            with probe:
+                for way in ways:
+                    way()
+            _modes_see_indexing.append(probe.seen >= len(ways))
+        except Exception:  # noqa: BLE001 - a probe that fails says no
+            _modes_see_indexing.append(False)
+    return _modes_see_indexing[0]
+
+
 class SampledSources(TorchFunctionMode):
     """The float32 copies of half images a crop's release call samples, filled on demand: each
     copy (``widened``) is allocated unfilled, and at the ``grid_sample`` that reads it only the
@@ -253,7 +284,7 @@ class SampledSources(TorchFunctionMode):
     def widened(self, value: Any, channels_last: bool) -> Any:
         if (channels_last or not isinstance(value, torch.Tensor) or value.dim() != 4
                 or tuple(value.shape[1:]) != self.image_shape or value.dtype not in (torch.float16, torch.bfloat16)
-                or not value.is_contiguous()):
+                or not value.is_contiguous() or not modes_see_indexing()):
             return _widened(value, channels_last)
         copy = torch.empty(value.shape, dtype=torch.float32, device=value.device)
         self.copies = [entry for entry in self.copies if entry[0]() is not None]
