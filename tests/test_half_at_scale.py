@@ -32,6 +32,18 @@ def image(batch=2, channels=3, size=96, seed=0):
     return torch.rand(batch, channels, size, size, generator=g) * 0.5 + ramp
 
 
+# A bilinear resize computed from the rows it reads (``resized_from_rows_read``) is torch's two
+# passes, not its one: its float32 values differ in up to a third of the elements (by float32
+# roundings), its narrowed values by 1 half ulp in 2.6e-6 of 2.4M elements over 600 random crops
+# (float16; bfloat16 5.6e-7; the worst call 1 element of 700). Stated bound: 1 ulp, 1 element in 10^3.
+RESIZED_MISMATCH_FRACTION = 1e-3
+
+
+def assert_resized_within_bound(got, expected):
+    apart = ulps_apart(got, expected)
+    assert int(apart.max()) <= 1 and int((apart > 0).sum()) <= RESIZED_MISMATCH_FRACTION * apart.numel()
+
+
 def ulps_apart(a, b):
     """Per element, how many steps of a's dtype lie between a and b (both in that dtype)."""
     assert a.dtype == b.dtype
@@ -1037,7 +1049,11 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         torch.manual_seed(5)
         got = augment(x)
         assert torch.equal(torch.random.get_rng_state(), stream)
-        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
+        assert got.dtype == dtype
+        if name == "RandomResizedCrop" and _at_scale.modes_see_indexing():  # resized from the rows read
+            assert_resized_within_bound(got, expected.to(dtype))
+        else:
+            assert bitwise_equal(got, expected.to(dtype)), name
         applied = augment._params["batch_prob"] > 0.5
         if "Crop" not in name and name != "Normalize":  # drawn for the whole batch or none (a crop: its size)
             assert 0 < int(applied.sum()) < 7  # both kinds of image in the batch
@@ -1049,9 +1065,11 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         if geometric and reference.flags.get("cropping_mode", "resample") == "resample":  # a slice crop has none
             assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
     if augmentation_pipeline.AUGMENTATIONS_BY_IMAGE[name.split()[0]].sampled and _at_scale.modes_see_indexing():
-        assert boxes and all(r[0] <= r[1] <= 96 and c[0] <= c[1] <= 100 for r, c in boxes)
-        if "resample" not in name and "RandomCrop" not in name:  # a crop by indices: its box alone
-            assert sum((r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes) < 7 * 96 * 100
+        assert all(r[0] <= r[1] <= 96 and c[0] <= c[1] <= 100 for r, c in boxes)
+        if name == "RandomResizedCrop":  # resized from the half rows: the copies never filled
+            assert not boxes
+        else:
+            assert boxes
     else:
         assert not boxes
     row = augmentation_pipeline.AUGMENTATIONS_BY_IMAGE[name.split()[0]]
@@ -1487,6 +1505,90 @@ def test_any_other_read_of_a_sampled_copy_fills_it_whole():
     for value in (half.to(memory_format=torch.channels_last), half.transpose(-1, -2), half.float()):
         assert bitwise_equal(sources.widened(value, False), value.float())
     assert sources.copies == []
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_resize_from_the_rows_read_is_torchs_float32_resize_within_the_bound(dtype):
+    """``resized_from_rows_read`` against torch's float32 bilinear resize of the widened crop:
+    aligned corners, downscales, upscales, one axis unchanged, a single row or column, two
+    images, 0-1 and 0-255 values; float32 values within a few float32 ulps, narrowed within 1 half ulp in at most
+    ``RESIZED_MISMATCH_FRACTION`` of the elements of all the calls."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    g = torch.Generator().manual_seed(3)
+    cases = [((1, 3, 150, 130), (51, 52)), ((1, 3, 30, 20), (51, 52)), ((2, 3, 97, 61), (33, 70)),
+             ((1, 3, 40, 47), (48, 50)), ((1, 1, 64, 64), (64, 17)), ((1, 3, 1, 7), (3, 5)), ((1, 2, 5, 1), (1, 1)),
+             ((1, 3, 100, 100), (100, 37)), ((1, 3, 255, 2), (7, 9))]
+    got_all, expected_all = [], []
+    for shape, size in cases:
+        for scale in (1.0, 255.0):
+            half = (torch.rand(*shape, generator=g) * scale).to(dtype)
+            expected = F.interpolate(half.float(), size=size, mode="bilinear", align_corners=True)
+            got = _at_scale.resized_from_rows_read(F.interpolate, half, (half.float(),),
+                                                   {"size": size, "mode": "bilinear", "align_corners": True})
+            assert got is not None and got.dtype == torch.float32 and got.shape == expected.shape
+            assert torch.allclose(got, expected, rtol=4 * torch.finfo(torch.float32).eps, atol=0)
+            got_all.append(got.to(dtype).flatten())
+            expected_all.append(expected.to(dtype).flatten())
+    assert_resized_within_bound(torch.cat(got_all), torch.cat(expected_all))
+
+
+def test_a_resize_the_rows_cannot_give_falls_back_to_the_filled_crop():
+    """Where the two passes cannot be the resize, ``resized_from_rows_read`` says None and the copy's
+    box is filled for torch: an inf in the crop, another mode, corners not aligned (torch's source
+    index is fused or not by instruction set), a scale factor, torch's antialias, a gradient. Through ``SampledSources`` each gives torch's resize of the widened crop, bitwise."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    half = image(1, 3, 64).half()
+    size = {"size": (20, 24), "mode": "bilinear", "align_corners": True}
+    assert _at_scale.resized_from_rows_read(F.interpolate, half, (half.float(),), size) is not None
+    with_inf = half.clone()
+    with_inf[0, 1, 30, 30] = float("inf")
+    assert _at_scale.resized_from_rows_read(F.interpolate, with_inf, (with_inf.float(),), size) is None
+    for other in ({"mode": "nearest"}, {"mode": "bicubic"}, {"size": None, "scale_factor": 0.5},
+                  {"antialias": True}, {"align_corners": False}, {"align_corners": None}):
+        assert _at_scale.resized_from_rows_read(F.interpolate, half, (half.float(),), {**size, **other}) is None
+    wanting = half.float().requires_grad_()
+    assert _at_scale.resized_from_rows_read(F.interpolate, half, (wanting,), size) is None
+    if not _at_scale.modes_see_indexing():
+        return
+    for source, keywords in ((with_inf, size), (half, {**size, "mode": "bicubic"}), (half, {**size, "mode": "nearest",
+                                                                                          "align_corners": None}),
+                             (half, {**size, "align_corners": False})):
+        sources = _at_scale.SampledSources(source.shape[1:])
+        copy = sources.widened(source, False)
+        copy.fill_(float("nan"))
+        with sources:
+            got = F.interpolate(copy[..., 5:50, 3:60], **keywords)
+        assert bitwise_equal(got, F.interpolate(source.float()[..., 5:50, 3:60], **keywords))
+        assert sources.filled_elements == 3 * 45 * 57
+
+
+def test_a_crop_view_is_read_from_the_half_image_only_while_nothing_wrote_the_copy():
+    """A view of a copy sliced by indices (a crop) is resized from the half image; read in any
+    other way, or after the copy was written, its box is filled first and torch reads the copy; a
+    view that leaves the mode unread is filled as the mode exits."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    half = image(1, 3, 64).half()
+    if not _at_scale.modes_see_indexing():
+        pytest.skip("no copies filled on demand on this torch")
+    size = {"size": (20, 24), "mode": "bilinear", "align_corners": True}
+    sources = _at_scale.SampledSources(half.shape[1:])
+    copy = sources.widened(half, False)
+    copy.fill_(float("nan"))
+    with sources:
+        crop = copy[..., 5:50, 3:60]
+        resized = F.interpolate(crop, **size)
+        assert sources.filled_elements == 0
+        copy[..., 10, 10] = 7.0  # a write into the copy: the crop must show it
+        written = F.interpolate(crop, **size)
+        left = copy[0, :, 1:3, 2:5]
+    assert_resized_within_bound(resized.half(), F.interpolate(half.float()[..., 5:50, 3:60], **size).half())
+    expected = half.float()
+    expected[..., 10, 10] = 7.0
+    assert bitwise_equal(written, F.interpolate(expected[..., 5:50, 3:60], **size))
+    assert bitwise_equal(left, expected[0, :, 1:3, 2:5])
 
 
 def test_where_a_mode_misses_an_indexing_no_copy_is_filled_on_demand(monkeypatch):

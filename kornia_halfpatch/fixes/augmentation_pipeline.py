@@ -35,6 +35,7 @@ release's); integer inputs are not promoted and get kornia's own error.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import linecache
 import weakref
@@ -50,7 +51,7 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
 from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context
 from .._torch_compat import is_compiling
-from ._at_scale import SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
+from ._at_scale import SampledSources, large_warps, modes_see_indexing, takes_grid_bands, warp_in_grid_bands
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -479,6 +480,12 @@ def _put_whole_batch_state(module: torch.nn.Module, params: Any, given: List[Any
     return True
 
 
+def _crops_by_indices(module: Any) -> bool:
+    """Whether the augmentation crops by indices (``cropping_mode="slice"``): it warps nothing."""
+    flags = getattr(module, "flags", None)
+    return isinstance(flags, dict) and flags.get("cropping_mode") == "slice"
+
+
 _REFUSED_HALF: set = set()  # (class, dtype) whose release refused the half image
 
 
@@ -539,6 +546,7 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         # A container's first child reads the container's image: a crop there reads a part of it.
         first = _by_image(dict(module.named_children()).get(getattr(params[0], "name", None)))
         sampled = first is not None and first.sampled
+    sliced_crop = sampled and not isinstance(params, list) and _crops_by_indices(module)
     if row.exact and _rows_by_image(params, row, batch) is not None:
         moved = _release_half_forward(original, module, image, params)
         if moved is not None:
@@ -588,7 +596,8 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         for start in range(0, batch, count):
             stop = min(start + count, batch)
             rows = own(start, stop)
-            with large_warps(pixels):
+            # a crop by indices warps nothing: not the warps' context (its grid probe, its mode)
+            with contextlib.nullcontext() if sliced_crop else large_warps(pixels):
                 if sampled:
                     sources = SampledSources(image.shape[1:])
                     widened = sources.widened(image[start:stop], False)
