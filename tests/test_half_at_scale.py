@@ -962,6 +962,8 @@ def _augmentations():
         "RandomHorizontalFlip": lambda: augmentation.RandomHorizontalFlip(p=0.6),
         "RandomVerticalFlip": lambda: augmentation.RandomVerticalFlip(p=0.6),
         "RandomGaussianBlur": lambda: augmentation.RandomGaussianBlur((5, 5), (0.5, 2.0), p=0.6),
+        "RandomGaussianBlur constant": lambda: augmentation.RandomGaussianBlur((9, 7), (0.5, 3.0), "constant", p=0.6),
+        "RandomGaussianBlur circular": lambda: augmentation.RandomGaussianBlur((5, 5), (0.5, 2.0), "circular", p=0.6),
         "ColorJitter": lambda: augmentation.ColorJitter(0.2, 0.3, 0.3, 0.1, p=0.6),
         "ColorJiggle": lambda: augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6),
         "RandomBrightness": lambda: augmentation.RandomBrightness((0.8, 1.2), p=0.6),
@@ -980,6 +982,7 @@ def _augmentations():
         "RandomEqualize": lambda: augmentation.RandomEqualize(p=0.6),
         "RandomAutoContrast": lambda: augmentation.RandomAutoContrast(p=0.6),
         "RandomBoxBlur": lambda: augmentation.RandomBoxBlur((5, 5), p=0.6),
+        "RandomBoxBlur replicate": lambda: augmentation.RandomBoxBlur((3, 7), "replicate", p=0.6),
         "RandomErasing": lambda: augmentation.RandomErasing(p=0.6),
     }
 
@@ -994,6 +997,7 @@ def _small_images_by_image(monkeypatch, path):
     monkeypatch.setattr(_at_scale, "BROADCAST_GRID_PIXELS", pixels)
     monkeypatch.setattr(_at_scale, "GRID_BAND_PIXELS", 16 * 100)
     monkeypatch.setattr(augmentation_pipeline, "ROW_BAND_PIXELS", 16 * 100)
+    monkeypatch.setattr(augmentation_pipeline, "HALO_BAND_PIXELS", 16 * 100)
     return pixels
 
 
@@ -1086,6 +1090,10 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         bands = 1 if name == "RandomPerspective" else 6  # 16 rows a band
         expected_shapes = [(1, 3, 96, 100)] * sum(bands if a else 1 for a in applied.tolist())
         assert shapes == expected_shapes
+    elif augmentation_pipeline._halo_rows(augment, row) is not None:
+        # a filter: 16 rows a band and half its kernel more on either side, inside the image
+        halo = max(augment.flags["kernel_size"]) // 2
+        assert shapes == [(1, 3, min(start + 16 + halo, 96) - max(start - halo, 0), 100) for start in range(0, 96, 16)] * 7
     elif split == "rows":
         assert shapes == [(1, 3, 16, 100)] * (7 * 6)  # every image, 16 rows a band
     else:
