@@ -1092,7 +1092,7 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         assert shapes == expected_shapes
     elif augmentation_pipeline._halo_rows(augment, row) is not None:
         # a filter: 16 rows a band and half its kernel more on either side, inside the image
-        halo = max(augment.flags["kernel_size"]) // 2
+        halo = max(augment.flags["kernel_size"]) // 2 if "kernel_size" in augment.flags else 1
         assert shapes == [(1, 3, min(start + 16 + halo, 96) - max(start - halo, 0), 100) for start in range(0, 96, 16)] * 7
     elif split == "rows":
         assert shapes == [(1, 3, 16, 100)] * (7 * 6)  # every image, 16 rows a band

@@ -39,7 +39,7 @@ import contextlib
 import inspect
 import linecache
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -231,10 +231,11 @@ class ByImage(NamedTuple):
     forward on the half image gives the float32 call's output narrowed, bit for bit, and its
     matrix is the float32 one rounded once (integers and -1): called on the half batch whole,
     where the release takes its dtype (0.7.0-0.8.2 refuse bfloat16 here: then by image). ``halo``:
-    the flag holding its kernel size: a filter that reads each output pixel's neighbourhood alone,
-    so a large image goes in bands of rows, each called with half a kernel of rows more on either
-    side (a halo, inside the image) and cut back to its own rows, where the border is local
-    (reflect, replicate, constant; circular wraps to the far side: whole images)."""
+    the flag holding its kernel size, or the rows themselves: a filter that reads each output
+    pixel's neighbourhood alone, so a large image goes in bands of rows, each called with half a
+    kernel of rows more on either side (a halo, inside the image) and cut back to its own rows,
+    where the border is local (a ``border_type`` flag of reflect, replicate or constant; circular
+    wraps to the far side: whole images)."""
 
     applied: Tuple[str, ...]
     every: Tuple[str, ...] = ()
@@ -242,7 +243,7 @@ class ByImage(NamedTuple):
     split: str = "image"
     sampled: bool = False
     exact: bool = False
-    halo: str = ""
+    halo: Union[str, int] = ""
 
 
 # Augmentations whose forward treats each image alone, with its own rows of the drawn parameters
@@ -261,7 +262,11 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomCrop": ByImage((), every=("src", "dst", "input_size", "output_size", "padding_size"), sampled=True),
     "RandomHorizontalFlip": ByImage((), split="rows", exact=True),
     "RandomVerticalFlip": ByImage((), exact=True),
+    # filters: in bands of rows with a halo of half the kernel (``_halo_rows``)
     "RandomGaussianBlur": ByImage(("sigma",), halo="kernel_size"),
+    "RandomBoxBlur": ByImage((), halo="kernel_size"),
+    # a 3x3 kernel's valid rows (the image's outer rows and columns keep their values): halo 1
+    "RandomSharpness": ByImage(("sharpness",), halo=1),
     "ColorJitter": ByImage(("brightness_factor", "contrast_factor", "hue_factor", "saturation_factor"),
                            shared=("order",)),
     "ColorJiggle": ByImage(("brightness_factor", "contrast_factor", "hue_factor", "saturation_factor"),
@@ -278,11 +283,9 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomChannelShuffle": ByImage(("channels",), split="rows"),
     "RandomRGBShift": ByImage(("r_shift", "g_shift", "b_shift"), split="rows"),
     "Normalize": ByImage((), split="rows"),
-    # a neighbourhood, a histogram or a box in the image's own coordinates: whole images
-    "RandomSharpness": ByImage(("sharpness",)),
+    # a histogram or a box in the image's own coordinates: whole images
     "RandomEqualize": ByImage(()),
     "RandomAutoContrast": ByImage(()),
-    "RandomBoxBlur": ByImage((), halo="kernel_size"),
     "RandomErasing": ByImage(("widths", "heights", "xs", "ys", "values")),
 }
 # Parameters of the whole batch: one applied/not flag per image, and the input's shape.
@@ -489,6 +492,8 @@ def _halo_rows(module: Any, row: ByImage) -> Optional[int]:
     """Rows of a band's halo for a filter (``ByImage.halo``): half its largest kernel side; None
     where the kernel size or a local border is not what the row expects."""
     flags = getattr(module, "flags", None)
+    if isinstance(row.halo, int) and not isinstance(row.halo, bool) and row.halo > 0:
+        return row.halo
     if not row.halo or not isinstance(flags, dict):
         return None
     border = flags.get("border_type")
