@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
 from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context
 from .._torch_compat import is_compiling
-from ._at_scale import SampledSources, large_warps, modes_see_indexing, takes_grid_bands, warp_in_grid_bands
+from ._at_scale import SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
