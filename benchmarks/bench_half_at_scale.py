@@ -39,7 +39,7 @@ DEFAULT_SIZES = "4x3x1024x1024,4x3x2048x2048,1x3x4096x4096"
 # The filters and warps are also measured at 1x3x4096x4096 (the third size); the other
 # operations at the two batch sizes.
 FILTERS_AND_WARPS = {"gaussian_blur2d", "box_blur", "sobel", "canny", "resize_antialias", "rotate",
-                     "RandomAffine", "warp_affine"}
+                     "RandomAffine", "warp_affine", "median_blur"}
 
 
 def cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
@@ -129,6 +129,19 @@ def other_cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
         "RandomResizedCrop": seeded(augmentation.RandomResizedCrop((512, 512), p=1.0)),
         "RandomHorizontalFlip": seeded(augmentation.RandomHorizontalFlip(p=1.0)),
         "RandomGaussianBlur": seeded(augmentation.RandomGaussianBlur((9, 9), (0.5, 2.0), p=1.0)),
+        "RandomMedianBlur": seeded(augmentation.RandomMedianBlur((3, 3), p=1.0)),
+        "RandomRotation90": seeded(augmentation.RandomRotation90((-1, 2), p=1.0)),
+        "RandomElasticTransform": seeded(augmentation.RandomElasticTransform(p=1.0)),
+        "RandomThinPlateSpline": seeded(augmentation.RandomThinPlateSpline(p=1.0)),
+        "RandomFisheye": seeded(augmentation.RandomFisheye(
+            torch.tensor([-0.3, 0.3]), torch.tensor([-0.3, 0.3]), torch.tensor([0.9, 1.0]), p=1.0)),
+        "RandomLinearIllumination": seeded(augmentation.RandomLinearIllumination(p=1.0)),
+        "RandomSaltAndPepperNoise": seeded(augmentation.RandomSaltAndPepperNoise(p=1.0)),
+        "RandomPlanckianJitter": seeded(augmentation.RandomPlanckianJitter(p=1.0)),
+        "RandomSnow": seeded(augmentation.RandomSnow(p=1.0)),
+        "RandomClahe": seeded(augmentation.RandomClahe(p=1.0)),
+        "CenterCrop": seeded(augmentation.CenterCrop((512, 512), p=1.0)),
+        "RandomCrop": seeded(augmentation.RandomCrop((512, 512), p=1.0)),
         "rgb_to_grayscale": lambda x: lambda: kornia.color.rgb_to_grayscale(x),
         "adjust_hue": lambda x: lambda: kornia.enhance.adjust_hue(x, 0.5),
         "adjust_saturation": lambda x: lambda: kornia.enhance.adjust_saturation(x, 1.5),

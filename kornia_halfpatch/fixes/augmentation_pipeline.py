@@ -230,7 +230,9 @@ class ByImage(NamedTuple):
     (``SampledSources``). ``exact``: its forward only moves values (a flip), so the release's own
     forward on the half image gives the float32 call's output narrowed, bit for bit, and its
     matrix is the float32 one rounded once (integers and -1): called on the half batch whole,
-    where the release takes its dtype (0.7.0-0.8.2 refuse bfloat16 here: then by image). ``halo``:
+    where the release takes its dtype (0.7.0-0.8.2 refuse bfloat16 here: then by image); "slice":
+    so where it crops by indices (``cropping_mode="slice"``, a crop of the requested size is a
+    slice). ``halo``:
     the flag holding its kernel size, or the rows themselves: a filter that reads each output
     pixel's neighbourhood alone, so a large image goes in bands of rows, each called with half a
     kernel of rows more on either side (a halo, inside the image) and cut back to its own rows,
@@ -242,7 +244,7 @@ class ByImage(NamedTuple):
     shared: Tuple[str, ...] = ()
     split: str = "image"
     sampled: bool = False
-    exact: bool = False
+    exact: Union[bool, str] = False
     halo: Union[str, int] = ""
 
 
@@ -259,9 +261,13 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomTranslate": ByImage(("translate_x", "translate_y"), split="grid"),
     "RandomPerspective": ByImage(("start_points", "end_points"), split="grid"),
     "RandomResizedCrop": ByImage((), every=("src", "dst", "input_size", "output_size"), sampled=True),
-    "RandomCrop": ByImage((), every=("src", "dst", "input_size", "output_size", "padding_size"), sampled=True),
+    "RandomCrop": ByImage((), every=("src", "dst", "input_size", "output_size", "padding_size"), sampled=True,
+                          exact="slice"),
     "RandomHorizontalFlip": ByImage((), split="rows", exact=True),
     "RandomVerticalFlip": ByImage((), exact=True),
+    # median_blur of a half image only selects values (the shim's torch_ops row; the release's own
+    # one-hot convolutions and median are exact too): the release's forward on the half batch
+    "RandomMedianBlur": ByImage((), exact=True),
     # filters: in bands of rows with a halo of half the kernel (``_halo_rows``)
     "RandomGaussianBlur": ByImage(("sigma",), halo="kernel_size"),
     "RandomBoxBlur": ByImage((), halo="kernel_size"),
@@ -287,6 +293,22 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomEqualize": ByImage(()),
     "RandomAutoContrast": ByImage(()),
     "RandomErasing": ByImage(("widths", "heights", "xs", "ys", "values")),
+    "RandomRotation90": ByImage(("times",), split="grid"),
+    # image-sized parameters drawn with the rest (illumination gradients, masks, noise): whole images
+    "RandomGaussianIllumination": ByImage(("gradient",)),
+    "RandomLinearIllumination": ByImage(("gradient",)),
+    "RandomLinearCornerIllumination": ByImage(("gradient",)),
+    "RandomSaltAndPepperNoise": ByImage(("amount_factor", "salt_and_pepper_factor", "mask_salt", "mask_pepper")),
+    "RandomThinPlateSpline": ByImage(("src", "dst")),
+    "RandomFisheye": ByImage(("center_x", "center_y", "gamma")),
+    "RandomClahe": ByImage(("clip_limit_factor",)),
+    "RandomRain": ByImage(("number_of_drops_factor", "coordinates_factor", "drop_height_factor", "drop_width_factor")),
+    "RandomPlanckianJitter": ByImage(("idx",), split="rows"),
+    "RandomSnow": ByImage(("snow_coefficient", "brightness"), split="rows"),
+    "CenterCrop": ByImage((), every=("src", "dst", "input_size", "output_size"), sampled=True, exact="slice"),
+    "Resize": ByImage((), every=("src", "dst", "input_size", "output_size")),
+    "PadTo": ByImage(()),
+    "Denormalize": ByImage((), split="rows"),
 }
 # Parameters of the whole batch: one applied/not flag per image, and the input's shape.
 BATCH_PARAMETERS = ("batch_prob", "forward_input_shape")
@@ -520,12 +542,17 @@ def _crops_by_indices(module: Any) -> bool:
     return isinstance(flags, dict) and flags.get("cropping_mode") == "slice"
 
 
+def _moves_values(module: torch.nn.Module, row: ByImage) -> bool:
+    """Whether the release's forward only moves values (``ByImage.exact``)."""
+    return row.exact is True or (row.exact == "slice" and _crops_by_indices(module))
+
+
 _REFUSED_HALF: set = set()  # (class, dtype) whose release refused the half image
 
 
 def _release_half_forward(original: Any, module: torch.nn.Module, image: torch.Tensor, params: Any) -> Optional[Any]:
     """The release's forward on the half image itself, with the drawn parameters (``ByImage.exact``);
-    None where the release refuses the dtype (remembered) or gives another dtype or shape."""
+    None where the release refuses the dtype (remembered) or gives another dtype or batch."""
     key = (type(module), image.dtype)
     if key in _REFUSED_HALF:
         return None
@@ -534,8 +561,14 @@ def _release_half_forward(original: Any, module: torch.nn.Module, image: torch.T
     except TypeError:  # "Expected input of [float16, float32, float64]": bfloat16 on 0.7.0-0.8.2
         _REFUSED_HALF.add(key)
         return None
-    if not isinstance(result, torch.Tensor) or result.dtype != image.dtype or result.shape != image.shape:
+    except (RuntimeError, NotImplementedError) as error:
+        # A half kernel this torch lacks (torch 2.1's median_out without the torch_ops row): for
+        # good. Anything else: the widened call, which raises the release's own error if it has one.
+        if "not implemented for" in str(error):
+            _REFUSED_HALF.add(key)
         return None
+    if not isinstance(result, torch.Tensor) or result.dtype != image.dtype or result.shape[:2] != image.shape[:2]:
+        return None  # a crop's output has its own height and width
     return result
 
 
@@ -584,7 +617,7 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         first = _by_image(dict(module.named_children()).get(getattr(params[0], "name", None)))
         sampled = first is not None and first.sampled
     sliced_crop = sampled and not isinstance(params, list) and _crops_by_indices(module)
-    if row.exact and _rows_by_image(params, row, batch) is not None:
+    if _moves_values(module, row) and _rows_by_image(params, row, batch) is not None:
         moved = _release_half_forward(original, module, image, params)
         if moved is not None:
             return moved

@@ -800,9 +800,13 @@ METHOD_KERNEL_ROWS = (
     _row("kornia.enhance.integral:integral_tensor",
          "Tensor.cumsum has no float16 CPU kernel in older torch (cumsum_out_cpu): the running sums in float32, "
          "narrowed once", kernels=("cumsum",)),
+    # Not gated: where torch has the kernels, the release's half path is float16 convolutions
+    # (oneDNN's slow path without avx512_fp16: 1.8 s at 4x3x1024x1024, 27x kornia 0.9.0's half).
     _row("kornia.filters.median:median_blur",
-         "median has no float16 CPU kernel in older torch (median_out): the median of the widened window (a copy: "
-         "bitwise the half median)", kernels=("median",)),
+         "median has no float16 CPU kernel in older torch (median_out), and the k*k one-hot convolutions "
+         "before it take oneDNN's slow float16 path: the median selected by a network of minima and maxima over "
+         "shifted views of the half image (no arithmetic: bitwise the float32 median narrowed)",
+         evaluate=f"{__package__}._at_scale:median_by_selection"),
     _row("kornia.geometry.conversions:euler_from_quaternion",
          "Tensor.atan2 has no float16 CPU kernel in older torch (atan2_cpu: So3/Se3 to Euler angles): the angles in "
          "float32, narrowed once", kernels=("atan2",)),
