@@ -154,6 +154,13 @@ def other_cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
         "scale": lambda x: (lambda t: lambda: transform.scale(x, t))(per_image(x, 1.2, 0.9)),
         "shear": lambda x: (lambda t: lambda: transform.shear(x, t))(per_image(x, 0.1, -0.05)),
         "center_crop": lambda x: lambda: transform.center_crop(x, (x.shape[-2] // 2, x.shape[-1] // 2)),
+        "crop_and_resize": lambda x: (lambda boxes: lambda: transform.crop_and_resize(x, boxes, (512, 512)))(
+            (torch.tensor([[[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]]) * torch.tensor([x.shape[-1] * 0.6, x.shape[-2] * 0.6])
+             + torch.tensor([x.shape[-1] * 0.2, x.shape[-2] * 0.1])).expand(x.shape[0], 4, 2).to(x.dtype)),
+        "remap": lambda x: (lambda maps: lambda: transform.remap(x, *maps, align_corners=True))(
+            [(m * 0.9 + 7.0).expand(x.shape[0], *m.shape).to(x.dtype) for m in torch.meshgrid(
+                torch.arange(x.shape[-1], dtype=torch.float32), torch.arange(x.shape[-2], dtype=torch.float32),
+                indexing="xy")]),
         "psnr": lambda x: (lambda y: lambda: kornia.metrics.psnr(x, y, 1.0))((x.float() * 0.9 + 0.05).to(x.dtype)),
         "ssim_loss": lambda x: (lambda y: lambda: kornia.losses.ssim_loss(x, y, 11))(
             (x.float() * 0.9 + 0.05).to(x.dtype)),

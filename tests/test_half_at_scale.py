@@ -315,6 +315,9 @@ EVALUATED = {
     "shear": lambda t, o, s, m: kornia.geometry.transform.shear(t, s / 8),
     "crop_by_transform_mat": lambda t, o, s, m: kornia.geometry.transform.crop_by_transform_mat(t, m, (40, 50)),
     "center_crop": lambda t, o, s, m: kornia.geometry.transform.center_crop(t, (41, 50)),
+    "remap": lambda t, o, s, m: kornia.geometry.transform.remap(t, *_maps(t, s)),
+    "crop_by_boxes": lambda t, o, s, m: kornia.geometry.transform.crop_by_boxes(t, _boxes(t, s), _boxes(t, s * 0, 40, 50)),
+    "crop_and_resize": lambda t, o, s, m: kornia.geometry.transform.crop_and_resize(t, _boxes(t, s), (40, 50)),
     # per pixel, a scalar factor
     "rgb_to_grayscale": lambda t, o, s, m: kornia.color.rgb_to_grayscale(t),
     "adjust_hue": lambda t, o, s, m: kornia.enhance.adjust_hue(t, 0.7),
@@ -329,6 +332,26 @@ EVALUATED = {
     "psnr 0-255": lambda t, o, s, m: kornia.metrics.psnr(t * 255, o * 255, 255),
     "psnr_loss": lambda t, o, s, m: kornia.losses.psnr_loss(t, o, 2.0),
 }
+
+
+def _maps(image, sigma):
+    """Per-image pixel maps (B, H, W) in the image's dtype: a little stretch and a shift, in halves of
+    a pixel (exact in both half dtypes, so the float32 reference reads the same maps)."""
+    height, width = image.shape[-2:]
+    ys, xs = torch.meshgrid(torch.arange(height, dtype=torch.float32), torch.arange(width, dtype=torch.float32),
+                            indexing="ij")
+    shift = (sigma.float()[:, :1, None] * 4).round() / 2
+    return ((xs * 0.97 * 2).round() / 2 + shift).to(image.dtype), ((ys * 1.02 * 2).round() / 2 - shift).to(image.dtype)
+
+
+def _boxes(image, sigma, height=None, width=None):
+    """Per-image boxes (B, 4, 2), clockwise from the top left, offset by the parameters; or the
+    destination box of a height x width crop."""
+    batch = image.shape[0]
+    h, w = (height or 45), (width or 52)
+    corners = torch.tensor([[0.0, 0.0], [w - 1.0, 0.0], [w - 1.0, h - 1.0], [0.0, h - 1.0]])
+    offset = (sigma.float()[:, :2, None].transpose(1, 2) * 4).round()  # whole pixels: exact in half
+    return (corners.expand(batch, 4, 2) + offset).to(image.dtype)
 
 
 def _matrices(sigma):

@@ -80,7 +80,7 @@ ROWS = (
     _row(f"{IMGWARP}:warp_perspective", f"{GRID}: 15.8x/28.7x the ideal error; {BY_IMAGE}", evaluate=PER_THREAD_IMAGES),
     _row(f"{IMGWARP}:remap",
          "pixel maps normalised in half (2x/(W-1) - 1): 9.3x/23.5x the ideal error, and 0.001 of the zero "
-         "padding bled into in-range samples (TestRemap::test_shift[float16])"),
+         f"padding bled into in-range samples (TestRemap::test_shift[float16]); {BY_IMAGE}", evaluate=PER_THREAD_IMAGES),
     _row(f"{IMGWARP}:homography_warp", f"{GRID} (homography on a half meshgrid)"),
     _row(f"{IMGWARP}:warp_grid",
          "the grid transformed by a half homography: the projective division in half (relative error 2^-11/2^-8); "
@@ -124,8 +124,10 @@ ROWS = (
     _row(f"{CROP2D}:crop_by_transform_mat", f"{GRID} (through warp_affine); {BY_IMAGE}",
          evaluate=CROP_FROM_SAMPLED_ROWS),
     _row(f"{CROP2D}:crop_by_boxes",
-         "the box-to-box perspective transform solved from half corners (up to 1 px apart in bfloat16); " + GRID),
-    _row(f"{CROP2D}:crop_and_resize", "the crop transform from half boxes; " + GRID),
+         "the box-to-box perspective transform solved from half corners (up to 1 px apart in bfloat16); "
+         f"{GRID}; {BY_IMAGE}", evaluate=CROP_FROM_SAMPLED_ROWS),
+    _row(f"{CROP2D}:crop_and_resize", f"the crop transform from half boxes; {GRID}; {BY_IMAGE}",
+         evaluate=CROP_FROM_SAMPLED_ROWS),
     _row(f"{CROP2D}:center_crop", f"the crop transform in the image's dtype; {GRID}; {BY_IMAGE}",
          evaluate=CROP_FROM_SAMPLED_ROWS),
     _row(f"{CROP2D}:CenterCrop2D.forward",
