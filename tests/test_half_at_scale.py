@@ -1009,6 +1009,7 @@ def _augmentations():
         "RandomBoxBlur replicate": lambda: augmentation.RandomBoxBlur((3, 7), "replicate", p=0.6),
         "RandomErasing": lambda: augmentation.RandomErasing(p=0.6),
         "RandomMedianBlur": lambda: augmentation.RandomMedianBlur((5, 3), p=0.6),
+        "RandomChannelDropout": lambda: augmentation.RandomChannelDropout(p=0.6),
         "RandomRotation90": lambda: augmentation.RandomRotation90((-1, 2), p=0.6),
         "RandomGaussianIllumination": lambda: augmentation.RandomGaussianIllumination(p=0.6),
         "RandomLinearIllumination": lambda: augmentation.RandomLinearIllumination(p=0.6),
@@ -1130,6 +1131,8 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         shapes = shapes[1:]
     if moved and not refused:
         assert shapes == [(7, 3, 96, 100)]  # the release's own forward on the half batch, whole
+    elif split == "batch":
+        assert shapes == [(7, 3, 96, 100)]  # parameters that index the batch: the whole float32 call
     elif path == "chunks":
         assert shapes == [(2, 3, 96, 100)] * 3 + [(1, 3, 96, 100)]
     elif split == "grid":
@@ -1274,6 +1277,10 @@ def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monk
             lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0),
                                                         augmentation.RandomElasticTransform(p=1.0)),
             lambda m, t: m(t)),
+        "a container with a child whose parameters index the batch": (
+            lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0),
+                                                        augmentation.RandomChannelDropout(p=1.0)),
+            lambda m, t: m(t)),
         "a container given a mask": (
             lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0),
                                                         data_keys=["input", "mask"]),
@@ -1284,6 +1291,8 @@ def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monk
         "small images": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t[..., :63, :])),
         "unexpected parameters": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t)),
     }
+    if not hasattr(augmentation, "RandomChannelDropout"):  # kornia 0.7.0
+        del cases["a container with a child whose parameters index the batch"]
     for name, (build, call) in cases.items():
         if name == "unexpected parameters":
             monkeypatch.setitem(augmentation_pipeline.AUGMENTATIONS_BY_IMAGE, "RandomRotation",

@@ -225,9 +225,10 @@ class ByImage(NamedTuple):
     ``applied``: parameters with one row per applied image; ``every``: one row per image of the
     batch; ``shared``: the whole batch's, passed to every chunk as drawn. ``split``: "grid" (a
     warp: bands of its grid's rows, ``warp_in_grid_bands``), "rows" (each output pixel from its
-    own input pixel: bands of rows), "image" (whole images). ``sampled``: its forward reads a part
-    of its image (a crop), so each image's float32 copy is filled only where the release reads it
-    (``SampledSources``). ``exact``: its forward only moves values (a flip), so the release's own
+    own input pixel: bands of rows), "image" (whole images), "batch" (never split: its parameters
+    index the batch; only ``exact``'s call on the half batch, else the whole float32 call).
+    ``sampled``: its forward reads a part of its image (a crop), so each image's float32 copy is
+    filled only where the release reads it (``SampledSources``). ``exact``: its forward only moves values (a flip), so the release's own
     forward on the half image gives the float32 call's output narrowed, bit for bit, and its
     matrix is the float32 one rounded once (integers and -1): called on the half batch whole,
     where the release takes its dtype (0.7.0-0.8.2 refuse bfloat16 here: then by image); "slice":
@@ -265,6 +266,8 @@ AUGMENTATIONS_BY_IMAGE = {
                           exact="slice"),
     "RandomHorizontalFlip": ByImage((), split="rows", exact=True),
     "RandomVerticalFlip": ByImage((), exact=True),
+    # drops whole channels of drawn (image, channel) pairs: indices into the batch, never split
+    "RandomChannelDropout": ByImage((), shared=("batch_idx", "channel_idx"), split="batch", exact=True),
     # median_blur of a half image only selects values (the shim's torch_ops row; the release's own
     # one-hot convolutions and median are exact too): the release's forward on the half batch
     "RandomMedianBlur": ByImage((), exact=True),
@@ -410,8 +413,8 @@ def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
 
 
 def _own_rows(params: Any, row: ByImage, batch: int) -> Optional[Callable[[int, int], Dict[str, Any]]]:
-    if not isinstance(params, dict):
-        return None
+    if not isinstance(params, dict) or row.split == "batch":
+        return None  # parameters that index the batch have no rows of their own (a container too)
     to_apply = _rows_by_image(params, row, batch)
     if to_apply is None:
         return None
