@@ -228,13 +228,13 @@ class ByImage(NamedTuple):
     own input pixel: bands of rows), "image" (whole images), "batch" (never split: its parameters
     index the batch; only ``exact``'s call on the half batch, else the whole float32 call).
     ``sampled``: its forward reads a part of its image (a crop), so each image's float32 copy is
-    filled only where the release reads it (``SampledSources``). ``exact``: its forward only moves values (a flip), so the release's own
-    forward on the half image gives the float32 call's output narrowed, bit for bit, and its
-    matrix is the float32 one rounded once (integers and -1): called on the half batch whole,
-    where the release takes its dtype (0.7.0-0.8.2 refuse bfloat16 here: then by image); "slice":
-    so where it crops by indices (``cropping_mode="slice"``, a crop of the requested size is a
-    slice). ``halo``:
-    the flag holding its kernel size, or the rows themselves: a filter that reads each output
+    filled only where the release reads it (``SampledSources``). ``exact``: its forward only
+    moves values (a flip), so the release's own forward on the half image gives the float32
+    call's output narrowed, bit for bit, and its matrix is the float32 one rounded once (integers
+    and -1): called on the half batch whole, where the release takes its dtype (0.7.0-0.8.2
+    refuse bfloat16 here: then by image); "slice": so where it crops by indices
+    (``cropping_mode="slice"``: a crop of the requested size is a slice). ``halo``: the flag
+    holding its kernel size, or the rows themselves: a filter that reads each output
     pixel's neighbourhood alone, so a large image goes in bands of rows, each called with half a
     kernel of rows more on either side (a halo, inside the image) and cut back to its own rows,
     where the border is local (a ``border_type`` flag of reflect, replicate or constant; circular
