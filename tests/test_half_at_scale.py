@@ -1717,6 +1717,16 @@ def test_the_median_program_selects_the_middle_value():
             assert run(values) == sorted(values)[count // 2], count
 
 
+def test_the_3x3_median_by_sorted_columns_is_the_median_of_the_nine():
+    from kornia_halfpatch.fixes._at_scale import median_of_3x3
+
+    g = torch.Generator().manual_seed(3)
+    for levels in (3, 9, 1000):
+        band = torch.randint(0, levels, (4, 12, 17), generator=g).float()
+        windows = torch.stack([band[:, dy:dy + 10, dx:dx + 15] for dy in range(3) for dx in range(3)], -1)
+        assert torch.equal(median_of_3x3(band, 10, 15), windows.median(-1).values)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("kernel_size", [1, 3, (3, 5), (5, 1), (1, 7), 5, 7], ids=str)
@@ -1727,8 +1737,9 @@ def test_median_blur_by_selection_is_the_release_float32_narrowed_bitwise(kernel
 
     monkeypatch.setattr(_at_scale, "MEDIAN_BAND_ELEMENTS", 3 * 19 * 2)
     calls = []
-    program = _at_scale.median_program
+    program, of_3x3 = _at_scale.median_program, _at_scale.median_of_3x3
     monkeypatch.setattr(_at_scale, "median_program", lambda count: calls.append(count) or program(count))
+    monkeypatch.setattr(_at_scale, "median_of_3x3", lambda *a: calls.append("3x3") or of_3x3(*a))
     images = [_tied_image((2, 3, 17, 19), dtype), (image(1, 2, 23) * 255).round().to(dtype),
               _tied_image((1, 1, 2, 3), dtype, seed=1), image(3, 1, 9).to(dtype)]
     for x in images:
@@ -1737,7 +1748,8 @@ def test_median_blur_by_selection_is_the_release_float32_narrowed_bitwise(kernel
         with testing.isolated(only=ONLY, cpu_half=mode):
             got = kornia.filters.median_blur(x, kernel_size)
         assert bitwise_equal(got, expected), (kernel_size, tuple(x.shape))
-    assert len(calls) == len(images)  # every call selected (none left to the widened original)
+    # every call selected (none left to the widened original), 3x3 by its sorted columns, band by band
+    assert len(calls) >= len(images) and (set(calls) == {"3x3"}) == (kernel_size == 3)
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
