@@ -1788,6 +1788,18 @@ def test_median_blur_takes_only_odd_windows_of_a_batch_of_planes():
     assert _at_scale.median_by_selection(None, torch.float16, x, [3, 5]) is not None
 
 
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_median_blur_traced_is_the_release_float32_narrowed(dtype):
+    """A trace records the widened original (the selection is eager only), whose one-hot
+    convolutions keep torch's own convolution while tracing."""
+    x = image(1, 2, 20).to(dtype)
+    with testing.isolated(only=()):
+        expected = kornia.filters.median_blur(x.float(), (3, 3)).to(dtype)
+    with testing.isolated(only=ONLY):
+        traced = torch.jit.trace(lambda t: kornia.filters.median_blur(t, (3, 3)), (x,))
+        assert bitwise_equal(traced(x), expected)
+
+
 def test_median_blur_in_full_precision_is_bitwise_the_release():
     x = image(2, 3, 30)
     for dtype in (torch.float32, torch.float64):

@@ -165,7 +165,9 @@ def conv2d(
                                                    or FLOAT32_EVALUATION.depth > 0) \
                 and depthwise_on_cpu(input, weight, groups):
             return depthwise_at_scale(_halfpatch_original, input, weight, bias, stride, padding, dilation, groups)
-        if {at_scale} and FLOAT32_EVALUATION.depth > 0 and not is_compiling() \
+        # Not while torch.jit.trace records: the shifts branch on the values (median_blur's
+        # widened original reaches here when traced).
+        if {at_scale} and FLOAT32_EVALUATION.depth > 0 and not is_compiling() and not torch.jit.is_tracing() \
                 and neighbour_kernels(input, weight, bias, stride, padding, dilation, groups):
             return neighbours_by_shifts(_halfpatch_original, input, weight)
     return _halfpatch_original(input, weight, bias, stride, padding, dilation, groups)
