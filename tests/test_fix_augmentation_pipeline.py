@@ -422,8 +422,9 @@ def test_revert_restores_the_release_entry_points():
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=DTYPE_IDS)
 def test_mix_and_policy_augmentations(dtype):
-    """Mix augmentations override forward (class labels become float mixing weights: the input's
-    half dtype, as 0.9.0); AutoAugment (0.7.4+) composes its policies' matrices in float32."""
+    """Mix augmentations override forward (class labels become float mixing weights: float32
+    beside a half image, as kornia 0.9.0 gives them, bitwise the release's float32 call's);
+    AutoAugment (0.7.4+) composes its policies' matrices in float32."""
     K = _K()
     image = smooth_image(batch=4).to(dtype)
     labels = torch.tensor([0, 1, 2, 1])
@@ -448,8 +449,8 @@ def test_mix_and_policy_augmentations(dtype):
                 reference, _ = _seeded(lambda: reference_module(*widened))
             outs = out if isinstance(out, (list, tuple)) else [out]
             references = reference if isinstance(reference, (list, tuple)) else [reference]
-            for got, expected in zip(outs, references):
-                assert got.dtype == (dtype if expected.is_floating_point() else expected.dtype)
+            for got, expected, given in zip(outs, references, args):
+                assert got.dtype == (dtype if given.is_floating_point() else expected.dtype)
                 assert bitwise_equal(got, expected.to(got.dtype)), type(module).__name__
 
 

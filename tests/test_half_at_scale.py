@@ -1250,6 +1250,68 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
         assert shapes[: -(-7 // per_call)] == [(per_call, 3, 96, 100)] * (7 // per_call) + [(1, 3, 96, 100)] * (7 % per_call)
 
 
+def _spy_mix_forwards(monkeypatch):
+    """The shapes of the images each release forward of a mix augmentation's entry receives."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    shapes = []
+    real = augmentation_pipeline._mix_in_row_bands
+
+    def spy(original, *rest):
+        def counted(module, *images, **kwargs):
+            shapes.append(tuple(images[0].shape))
+            return original(module, *images, **kwargs)
+
+        counted.__qualname__ = original.__qualname__
+        counted.__module__ = original.__module__
+        return real(counted, *rest)
+
+    monkeypatch.setattr(augmentation_pipeline, "_mix_in_row_bands", spy)
+    return shapes
+
+
+@pytest.mark.parametrize("p", [1.0, 0.5])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_mixup_in_bands_of_rows_is_the_release_float32_call_bitwise(dtype, p, monkeypatch):
+    """RandomMixUpV2 mixes each pixel with the same pixel of another image of the batch: a large
+    half batch goes band by band of rows of the whole batch (16 rows here), each band the release's
+    float32 forward with the parameters drawn once. The output is the release's float32 call
+    narrowed, bit for bit, and ``_params`` (with its ``"dtype"``) and the random stream after the
+    call are the float32 call's (its ``p`` draws for the whole batch: mixed or not). Given
+    parameters, data keys or labels: the whole call."""
+    _small_images_by_image(monkeypatch, "bands")
+    shapes = _spy_mix_forwards(monkeypatch)
+    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    with testing.isolated(only=()):
+        reference = kornia.augmentation.RandomMixUpV2(p=p)
+        torch.manual_seed(5)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+    with testing.isolated(only=["augmentation_pipeline"]):
+        augment = kornia.augmentation.RandomMixUpV2(p=p)
+        torch.manual_seed(5)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype))
+        assert set(augment._params) == set(reference._params)
+        assert all(torch.equal(augment._params[k], reference._params[k]) for k in reference._params)
+        assert shapes == [(7, 3, 16, 100)] * 6
+        # given parameters: the whole widened call with them (no band)
+        shapes.clear()
+        again = augment(x, params=augment._params)
+        assert bitwise_equal(again, got) and shapes == []
+        # the labels beside the image: the whole call, the labels the release's
+        labels = torch.arange(7)
+        shapes.clear()
+        torch.manual_seed(5)
+        mixed, mixed_labels = augment(x, labels, data_keys=["input", "class"])
+        assert bitwise_equal(mixed, got) and shapes == []
+    with testing.isolated(only=()):
+        torch.manual_seed(5)
+        _, expected_labels = reference(x.float(), labels, data_keys=["input", "class"])
+    assert mixed_labels.dtype == torch.float32 and torch.equal(mixed_labels, expected_labels)  # as 0.9.0: float32
+
+
 def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monkeypatch):
     """What is not a per-image warp of a large half batch keeps one whole float32 forward, bitwise
     the release's narrowed: given parameters, a wanted gradient, an augmentation outside the table,

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import linecache
+import sys
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -113,9 +114,13 @@ def _narrow(value: Any, reference: Any, dtype: torch.dtype) -> Any:
     dtype where no input corresponds); outputs of float32 or integer inputs left as computed."""
     if (isinstance(reference, torch.Tensor) and reference.is_floating_point()) or _is_geometry(reference):
         target = reference.dtype if reference.dtype in HALF_DTYPES else None
+    elif isinstance(reference, torch.Tensor):
+        # An integer input: class labels that a mix turns into float mixing weights stay float32,
+        # as kornia 0.9.0 keeps them beside a half image (a weight of 0.6593 is 0.6592 in float16);
+        # masks stay integers.
+        target = None
     else:
-        # No input, or an integer one (class labels that a mix turns into float mixing weights,
-        # masks): a floating output of it takes the trigger's dtype, integers stay integers.
+        # No input (the matrix beside the image): the trigger's dtype.
         target = dtype
     if isinstance(value, torch.Tensor):
         if target is not None and value.dtype == torch.float32:
@@ -696,12 +701,69 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     return out
 
 
+# Mix augmentations whose output pixel mixes the same pixel of images of the batch, with a pair and
+# a weight drawn per image (``input * (1 - lam) + input[pairs] * lam``): a large half batch goes in
+# bands of rows of the whole batch (``_mix_in_row_bands``), each band the release's float32 forward
+# of those rows with the parameters drawn once, every pixel mixed by the same float32 operations.
+# (CutMix pastes boxes in image coordinates; Mosaic and Jigsaw move pixels: whole calls.)
+MIXES_BY_ROWS = frozenset({"RandomMixUpV2"})
+
+
+def _mix_in_row_bands(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
+                      dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A mix augmentation of ``MIXES_BY_ROWS`` on a large half batch, band by band of rows of the
+    whole batch (``ROW_BAND_PIXELS`` an image a band), each band's float32 output narrowed
+    straight into the half output; None where the call is not one (the whole widened call then
+    runs). The parameters are the release's for the float32 call: ``forward_parameters`` of the
+    whole shape (the same generator calls, the same stream) and the float32 ``"dtype"`` entry,
+    so ``_params`` is the whole call's too."""
+    kind = type(module)
+    if (getattr(original, "__qualname__", "") != "MixAugmentationBaseV2.forward" or kind.__name__ not in MIXES_BY_ROWS
+            or not kind.__module__.startswith("kornia.augmentation.")):
+        return None
+    if len(args) != 1 or any(value is not None for value in kwargs.values()):
+        return None  # masks, classes or boxes beside the image, given parameters or data keys: the whole call
+    keys = getattr(module, "data_keys", None)
+    if not isinstance(keys, (list, tuple)) or [getattr(key, "name", key) for key in keys] not in (["INPUT"], ["IMAGE"]):
+        return None
+    image = args[0]
+    if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype not in HALF_DTYPES or image.numel() == 0:
+        return None
+    batch, channels, height, width = image.shape
+    if height * width < CHUNKED_IMAGE_PIXELS:
+        return None
+    if is_compiling() or torch.jit.is_tracing() or (torch.is_grad_enabled() and image.requires_grad):
+        return None
+    if _float32_state(module):
+        return None
+    dtype_names = getattr(sys.modules.get(original.__module__), "DType", None)
+    if dtype_names is None or not hasattr(dtype_names, "get"):
+        return None
+    params = module.forward_parameters(image.shape)
+    # as the release's float32 call records it (the class labels' dtype)
+    params["dtype"] = torch.tensor(dtype_names.get(torch.float32).value)
+    out = torch.empty_like(image)
+    band = max(1, ROW_BAND_PIXELS // width)
+    for start in range(0, height, band):
+        stop = min(start + band, height)
+        result = original(module, image[:, :, start:stop].float(), params=params)
+        if (not isinstance(result, torch.Tensor) or result.dtype != torch.float32
+                or tuple(result.shape) != (batch, channels, stop - start, width)):
+            with large_warps(height * width):
+                return original(module, image.float(), params=params)  # not pixel by pixel after all
+        out[:, :, start:stop] = result
+        del result
+    return out
+
+
 def _promoted_call(
     original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype,
     pixels: int,
 ) -> Any:
     before = _put_back_float32_matrices(module)
     output = _forward_by_images(original, module, args, kwargs, dtype)
+    if output is None:
+        output = _mix_in_row_bands(original, module, args, kwargs, dtype)
     if output is None:
         # Inside it a large image's affine grid is broadcast where that is torch's grid bit for
         # bit (fixes/_at_scale.py).
