@@ -1027,6 +1027,8 @@ def _augmentations():
         "Resize": lambda: augmentation.Resize((48, 50)),
         "PadTo": lambda: augmentation.PadTo((100, 110)),
         "Denormalize": lambda: augmentation.Denormalize(torch.tensor([0.4, 0.5, 0.6]), torch.tensor([0.2, 0.25, 0.3])),
+        # its noise drawn while applying (0.7.0-0.8.3): drawn first, each band given its rows
+        "RandomGaussianNoise": lambda: augmentation.RandomGaussianNoise(mean=0.1, std=0.2, p=0.6),
     }
 
 
@@ -1315,8 +1317,9 @@ def test_a_large_half_mixup_in_bands_of_rows_is_the_release_float32_call_bitwise
 def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monkeypatch):
     """What is not a per-image warp of a large half batch keeps one whole float32 forward, bitwise
     the release's narrowed: given parameters, a wanted gradient, an augmentation outside the table,
-    a container with such a child, a mask or data keys (its children see float32), small images,
-    and drawn parameters of an unexpected
+    a container with such a child or one that draws while applying (noise), a channels-last image
+    whose noise is drawn in its layout, a mask or data keys (its children see float32), small
+    images, and drawn parameters of an unexpected
     form (then the whole call with the parameters already drawn: the random stream stays the
     release's)."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
@@ -1350,6 +1353,13 @@ def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monk
         "a container given data keys": (
             lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0)),
             lambda m, t: m(t, data_keys=["input"])),
+        "a container with a child that draws while applying": (  # the children's draws in the release's order
+            lambda: augmentation.AugmentationSequential(augmentation.RandomGaussianNoise(std=0.1, p=1.0),
+                                                        augmentation.RandomBrightness((0.8, 1.2), p=1.0)),
+            lambda m, t: m(t)),
+        "a channels-last image drawing like itself": (  # noise drawn in the widened image's layout
+            lambda: augmentation.RandomGaussianNoise(std=0.1, p=1.0),
+            lambda m, t: m(t.contiguous(memory_format=torch.channels_last))),
         "small images": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t[..., :63, :])),
         "unexpected parameters": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t)),
     }

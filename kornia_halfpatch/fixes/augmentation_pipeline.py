@@ -243,7 +243,11 @@ class ByImage(NamedTuple):
     pixel's neighbourhood alone, so a large image goes in bands of rows, each called with half a
     kernel of rows more on either side (a halo, inside the image) and cut back to its own rows,
     where the border is local (a ``border_type`` flag of reflect, replicate or constant; circular
-    wraps to the far side: whole images)."""
+    wraps to the far side: whole images). ``drawn``: (parameter, function, flags): an image-sized
+    parameter the release draws while it applies (0.7.0-0.8.3: the noise), by that function of the
+    augmentation's module on a tensor like the applied images, given those flags as keywords, and
+    reads back when given: drawn first (after the other parameters, as the release's call draws),
+    then each chunk given its images' rows of it and each band its rows of those."""
 
     applied: Tuple[str, ...]
     every: Tuple[str, ...] = ()
@@ -252,6 +256,7 @@ class ByImage(NamedTuple):
     sampled: bool = False
     exact: Union[bool, str] = False
     halo: Union[str, int] = ""
+    drawn: Tuple[Any, ...] = ()
 
 
 # Augmentations whose forward treats each image alone, with its own rows of the drawn parameters
@@ -317,6 +322,9 @@ AUGMENTATIONS_BY_IMAGE = {
     "Resize": ByImage((), every=("src", "dst", "input_size", "output_size")),
     "PadTo": ByImage(()),
     "Denormalize": ByImage((), split="rows"),
+    # noise drawn while applying, like the applied images (``torch.randn_like``), kept in ``_params``
+    "RandomGaussianNoise": ByImage(("gaussian_noise",), split="rows",
+                                   drawn=("gaussian_noise", "_randn_like", ("mean", "std"))),
 }
 # Parameters of the whole batch: one applied/not flag per image, and the input's shape.
 BATCH_PARAMETERS = ("batch_prob", "forward_input_shape")
@@ -580,6 +588,30 @@ def _release_half_forward(original: Any, module: torch.nn.Module, image: torch.T
     return result
 
 
+def _draw_while_applying(module: torch.nn.Module, row: ByImage, params: Dict[str, Any],
+                         image: torch.Tensor) -> Optional[Dict[str, Any]]:
+    """The drawn parameters with ``row.drawn``'s parameter added as the release's float32 call
+    draws it while applying: by its own function on a float32 tensor shaped like the images it
+    applies to (all of them, or those selected: contiguous either way, as the widened image is),
+    after the other parameters (the same stream). Nothing drawn where no image applies (the
+    release applies nothing). None where the function or its flags are not found."""
+    name, function_name, flag_names = row.drawn
+    if name in params:
+        return params  # drawn with the others
+    draw = getattr(sys.modules.get(type(module).__module__), function_name, None)
+    flags = getattr(module, "flags", None)
+    to_apply = params.get("batch_prob")
+    if (not callable(draw) or not isinstance(flags, dict) or not all(key in flags for key in flag_names)
+            or not isinstance(to_apply, torch.Tensor) or to_apply.shape != image.shape[:1]):
+        return None
+    applied = int((to_apply > 0.5).sum())  # as the release reads it
+    if applied == 0:
+        return params
+    # only its shape, dtype and device are read (``randn_like``): the memory is never touched
+    like = torch.empty((applied,) + tuple(image.shape[1:]), dtype=torch.float32, device=image.device)
+    return dict(params, **{name: draw(like, **{key: flags[key] for key in flag_names})})
+
+
 def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
                        dtype: torch.dtype) -> Optional[torch.Tensor]:
     """A large half batch through an augmentation that treats each image alone
@@ -619,7 +651,15 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         return None  # traced, or a gradient: the whole release call's graph
     if _float32_state(module):
         return None  # half parameters: the whole call, reparametrised
+    if row.drawn and not image.is_contiguous():
+        return None  # the widened image keeps its layout, and the noise drawn like it follows it
     params = module.forward_parameters(image.shape)
+    if row.drawn and isinstance(params, dict):
+        drawn = _draw_while_applying(module, row, params, image)
+        if drawn is None:  # the release's forward draws it (the same stream)
+            return original(module, image.float(), params=params)
+        params = drawn
+    planes = row.drawn[:1]  # image-sized parameters: a band takes its rows of them
     if isinstance(params, list) and params and split == "image":
         # A container's first child reads the container's image: a crop there reads a part of it.
         first = _by_image(dict(module.named_children()).get(getattr(params[0], "name", None)))
@@ -651,7 +691,9 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
             for start in range(0, height, band):
                 stop = min(start + band, height)
                 low, high = max(start - margin, 0), min(stop + margin, height)
-                result = original(module, image[index : index + 1, :, low:high].float(), params=rows)
+                band_rows = rows if not planes else {key: value[..., low:high, :] if key in planes else value
+                                                     for key, value in rows.items()}
+                result = original(module, image[index : index + 1, :, low:high].float(), params=band_rows)
                 if (not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.dim() != 4
                         or result.shape[0] != 1 or tuple(result.shape[-2:]) != (high - low, width)):
                     return whole()  # not pixel by pixel after all
