@@ -988,6 +988,12 @@ def _augmentations():
         "RandomGaussianBlur": lambda: augmentation.RandomGaussianBlur((5, 5), (0.5, 2.0), p=0.6),
         "RandomGaussianBlur constant": lambda: augmentation.RandomGaussianBlur((9, 7), (0.5, 3.0), "constant", p=0.6),
         "RandomGaussianBlur circular": lambda: augmentation.RandomGaussianBlur((5, 5), (0.5, 2.0), "circular", p=0.6),
+        # one drawn kernel side for the batch (3, 5 or 7 drawn per image), each image's angle
+        "RandomMotionBlur": lambda: augmentation.RandomMotionBlur((3, 7), 35.0, 0.5, p=0.6),
+        "RandomMotionBlur reflect bilinear": lambda: augmentation.RandomMotionBlur(
+            (3, 9), 35.0, 0.5, border_type="reflect", resample="bilinear", p=0.6),
+        "RandomMotionBlur circular": lambda: augmentation.RandomMotionBlur((3, 7), 35.0, 0.5, border_type="circular",
+                                                                           p=0.6),
         "ColorJitter": lambda: augmentation.ColorJitter(0.2, 0.3, 0.3, 0.1, p=0.6),
         "ColorJiggle": lambda: augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6),
         "RandomBrightness": lambda: augmentation.RandomBrightness((0.8, 1.2), p=0.6),
@@ -1141,9 +1147,10 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         bands = 1 if name == "RandomPerspective" else 6  # 16 rows a band
         expected_shapes = [(1, 3, 96, 100)] * sum(bands if a else 1 for a in applied.tolist())
         assert shapes == expected_shapes
-    elif augmentation_pipeline._halo_rows(augment, row) is not None:
-        # a filter: 16 rows a band and half its kernel more on either side, inside the image
-        halo = max(augment.flags["kernel_size"]) // 2 if "kernel_size" in augment.flags else 1
+    elif augmentation_pipeline._halo_rows(augment, row, augment._params) is not None:
+        # a filter: 16 rows a band and half its (largest drawn) kernel more on either side, inside the image
+        halo = (max(augment.flags["kernel_size"]) // 2 if "kernel_size" in augment.flags
+                else int(augment._params["ksize_factor"].max()) // 2 if "ksize_factor" in augment._params else 1)
         assert shapes == [(1, 3, min(start + 16 + halo, 96) - max(start - halo, 0), 100) for start in range(0, 96, 16)] * 7
     elif split == "rows":
         assert shapes == [(1, 3, 16, 100)] * (7 * 6)  # every image, 16 rows a band

@@ -286,6 +286,11 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomBoxBlur": ByImage((), halo="kernel_size"),
     # a 3x3 kernel's valid rows (the image's outer rows and columns keep their values): halo 1
     "RandomSharpness": ByImage(("sharpness",), halo=1),
+    # one kernel side for the batch, ``ksize_factor[idx[0]]`` of the drawn ones (both shared, so a
+    # chunk takes the whole call's), each image's kernel rotated by its own angle: the halo from
+    # the largest side drawn
+    "RandomMotionBlur": ByImage(("angle_factor", "direction_factor"), shared=("ksize_factor", "idx"),
+                                halo="ksize_factor"),
     "ColorJitter": ByImage(("brightness_factor", "contrast_factor", "hue_factor", "saturation_factor"),
                            shared=("order",)),
     "ColorJiggle": ByImage(("brightness_factor", "contrast_factor", "hue_factor", "saturation_factor"),
@@ -526,9 +531,10 @@ def _put_whole_batch_state(module: torch.nn.Module, params: Any, given: List[Any
     return True
 
 
-def _halo_rows(module: Any, row: ByImage) -> Optional[int]:
-    """Rows of a band's halo for a filter (``ByImage.halo``): half its largest kernel side; None
-    where the kernel size or a local border is not what the row expects."""
+def _halo_rows(module: Any, row: ByImage, params: Any = None) -> Optional[int]:
+    """Rows of a band's halo for a filter (``ByImage.halo``): half its largest kernel side, from its
+    flag or else (``params``: drawn) from its drawn kernel sizes; None where the kernel size or a
+    local border is not what the row expects."""
     flags = getattr(module, "flags", None)
     if isinstance(row.halo, int) and not isinstance(row.halo, bool) and row.halo > 0:
         return row.halo
@@ -539,6 +545,9 @@ def _halo_rows(module: Any, row: ByImage) -> Optional[int]:
     if not isinstance(border, str) or border.lower() not in ("reflect", "replicate", "constant"):
         return None
     size = flags.get(row.halo)
+    drawn = params.get(row.halo) if isinstance(params, dict) and size is None else None
+    if isinstance(drawn, torch.Tensor) and drawn.numel() and not drawn.is_floating_point() and drawn.dim() == 1:
+        size = int(drawn.max())  # each image's kernel side (the one the batch takes among them)
     sides = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, (tuple, list)) else ()
     if len(sides) != 2 or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in sides):
         return None
@@ -637,7 +646,9 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     slicer, row = found
     split, sampled = row.split, row.sampled
     halo = _halo_rows(module, row)
-    if halo is not None:
+    # a filter whose kernel sizes are drawn (``RandomMotionBlur``): its halo from them, once drawn
+    halo_drawn = halo is None and isinstance(row.halo, str) and row.halo in row.applied + row.every + row.shared
+    if halo is not None or halo_drawn:
         split = "rows"  # a filter: bands of rows with their halo
     image = args[0]
     if not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype not in HALF_DTYPES:
@@ -654,6 +665,10 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     if row.drawn and not image.is_contiguous():
         return None  # the widened image keeps its layout, and the noise drawn like it follows it
     params = module.forward_parameters(image.shape)
+    if halo_drawn:
+        halo = _halo_rows(module, row, params)
+        if halo is None:  # a border that is not local (circular): whole images
+            split, banded_size = row.split, False
     if row.drawn and isinstance(params, dict):
         drawn = _draw_while_applying(module, row, params, image)
         if drawn is None:  # the release's forward draws it (the same stream)
