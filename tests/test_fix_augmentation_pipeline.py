@@ -432,7 +432,10 @@ def test_mix_and_policy_augmentations(dtype):
     def mix():
         return K.RandomMixUpV2(p=1.0, data_keys=["input", "class"])
 
-    makers = [(mix, (image, labels))]
+    def cut_mix():
+        return K.RandomCutMixV2(p=1.0, data_keys=["input", "class"])
+
+    makers = [(mix, (image, labels)), (cut_mix, (image, labels))]
     try:
         from kornia.augmentation.auto import AutoAugment
 
