@@ -1151,9 +1151,11 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         # a filter: 16 rows a band and half its (largest drawn) kernel more on either side, inside the image
         halo = (max(augment.flags["kernel_size"]) // 2 if "kernel_size" in augment.flags
                 else int(augment._params["ksize_factor"].max()) // 2 if "ksize_factor" in augment._params else 1)
-        assert shapes == [(1, 3, min(start + 16 + halo, 96) - max(start - halo, 0), 100) for start in range(0, 96, 16)] * 7
+        # (four images' rows a call, then three)
+        assert shapes == [(n, 3, min(start + 16 + halo, 96) - max(start - halo, 0), 100)
+                          for n in (4, 3) for start in range(0, 96, 16)]
     elif split == "rows":
-        assert shapes == [(1, 3, 16, 100)] * (7 * 6)  # every image, 16 rows a band
+        assert shapes == [(4, 3, 16, 100)] * 6 + [(3, 3, 16, 100)] * 6  # four images' 16 rows a call, then three
     else:
         assert shapes == [(1, 3, 96, 100)] * 7
 
@@ -1176,6 +1178,9 @@ def _containers():
             augmentation.RandomGrayscale(p=0.3)),
         "per-pixel children": lambda: augmentation.AugmentationSequential(
             augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6), augmentation.RandomGamma((0.8, 1.2), p=0.6)),
+        # an image-sized parameter (the gradient) is not cut into the container's bands: whole images
+        "a per-pixel child with an image-sized parameter": lambda: augmentation.AugmentationSequential(
+            augmentation.RandomGamma((0.8, 1.2), p=0.6), augmentation.RandomLinearIllumination(p=0.6)),
     }
 
 
@@ -1222,6 +1227,8 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
     rows; of per-pixel children only, bands of rows."""
     from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
 
+    if "image-sized" in name and not hasattr(kornia.augmentation, "RandomLinearIllumination"):
+        pytest.skip(f"kornia {kornia.__version__} has no RandomLinearIllumination")
     pixels = _small_images_by_image(monkeypatch, path)
     if path == "bands" and not _at_scale.takes_grid_bands(pixels):
         pytest.skip("the broadcast grid is not torch's here: no bands")
@@ -1253,7 +1260,8 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
     assert not whole_images, shapes  # image by image, never the whole batch
     several = len(reference._params) > 1
     if path == "bands" and name == "per-pixel children":
-        assert shapes == [(1, 3, 16, 100)] * (7 * 6)  # bands of rows: every child per pixel
+        # bands of rows (four images' a call, then three): every child per pixel
+        assert shapes == [(4, 3, 16, 100)] * 6 + [(3, 3, 16, 100)] * 6
     elif path == "chunks" or several:
         per_call = 2 if path == "chunks" else 1
         assert shapes[: -(-7 // per_call)] == [(per_call, 3, 96, 100)] * (7 // per_call) + [(1, 3, 96, 100)] * (7 % per_call)

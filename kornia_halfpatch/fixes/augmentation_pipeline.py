@@ -247,7 +247,9 @@ class ByImage(NamedTuple):
     parameter the release draws while it applies (0.7.0-0.8.3: the noise), by that function of the
     augmentation's module on a tensor like the applied images, given those flags as keywords, and
     reads back when given: drawn first (after the other parameters, as the release's call draws),
-    then each chunk given its images' rows of it and each band its rows of those."""
+    then each chunk given its images' rows of it and each band its rows of those. ``planes``:
+    image-sized parameters (an illumination gradient, noise masks): a band of rows is given its
+    rows of them (a container holding such a child takes whole images)."""
 
     applied: Tuple[str, ...]
     every: Tuple[str, ...] = ()
@@ -257,6 +259,7 @@ class ByImage(NamedTuple):
     exact: Union[bool, str] = False
     halo: Union[str, int] = ""
     drawn: Tuple[Any, ...] = ()
+    planes: Tuple[str, ...] = ()
 
 
 # Augmentations whose forward treats each image alone, with its own rows of the drawn parameters
@@ -312,11 +315,13 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomAutoContrast": ByImage(()),
     "RandomErasing": ByImage(("widths", "heights", "xs", "ys", "values")),
     "RandomRotation90": ByImage(("times",), split="grid"),
-    # image-sized parameters drawn with the rest (illumination gradients, masks, noise): whole images
-    "RandomGaussianIllumination": ByImage(("gradient",)),
-    "RandomLinearIllumination": ByImage(("gradient",)),
-    "RandomLinearCornerIllumination": ByImage(("gradient",)),
-    "RandomSaltAndPepperNoise": ByImage(("amount_factor", "salt_and_pepper_factor", "mask_salt", "mask_pepper")),
+    # image-sized parameters drawn with the rest (illumination gradients added, noise masks written
+    # per pixel): bands of rows, each given its rows of them
+    "RandomGaussianIllumination": ByImage(("gradient",), split="rows", planes=("gradient",)),
+    "RandomLinearIllumination": ByImage(("gradient",), split="rows", planes=("gradient",)),
+    "RandomLinearCornerIllumination": ByImage(("gradient",), split="rows", planes=("gradient",)),
+    "RandomSaltAndPepperNoise": ByImage(("amount_factor", "salt_and_pepper_factor", "mask_salt", "mask_pepper"),
+                                        split="rows", planes=("mask_salt", "mask_pepper")),
     "RandomThinPlateSpline": ByImage(("src", "dst")),
     "RandomFisheye": ByImage(("center_x", "center_y", "gamma")),
     "RandomClahe": ByImage(("clip_limit_factor",)),
@@ -411,7 +416,8 @@ def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
     rows = [_by_image(child) for child in children.values()]
     if not children or any(row is None for row in rows):
         return None
-    splits = {row.split for row in rows}
+    # a child's image-sized parameters are not cut into a container's bands: whole images then
+    splits = {"image" if row.planes or row.drawn else row.split for row in rows}
     split = "rows" if splits == {"rows"} else "grid" if len(rows) == 1 and splits == {"grid"} else "image"
 
     def slicer(params: Any, batch: int) -> Optional[Callable[[int, int], Any]]:
@@ -554,6 +560,15 @@ def _halo_rows(module: Any, row: ByImage, params: Any = None) -> Optional[int]:
     return max(sides) // 2
 
 
+# Images whose rows of a band one call takes (bands of rows): each output pixel is computed from its
+# own image's rows alike, and a call of several images shares its Python and its threads (a
+# filter's per-image kernels are a grouped convolution: 4x3x72x2048 RandomMotionBlur 37 us an
+# image row, 1x3x72x2048 64 us, whole 1x3x2048x2048 images 127 us). 4x3 bands, bfloat16, two
+# runs (measured): RandomMotionBlur 4x3x1024x1024 73-74 -> 48-49 ms, 4x3x2048x2048 556-595 ->
+# 471-512 ms; RandomGaussianBlur((9, 9)) 2048 442-512 -> 348-400 ms; ColorJiggle 2048
+# 1279-1962 -> 1044-1143 ms; at 1024 the per-pixel ones alike within the noise.
+BAND_IMAGES = 4
+
 # Pixels of a filter's band beside its halo: larger bands spend less on the halo's rows, smaller
 # ones keep the band's float32 temporaries in cache (4x3x2048x2048 RandomGaussianBlur((9, 9))
 # float16 on AVX-512: whole images 0.67 s, bands of 2^16 pixels 0.24 s, 2^17 0.19 s, 2^18
@@ -637,8 +652,9 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     for bit (tested). An image of at least ``CHUNK_PIXELS`` goes band by band: of output rows of
     its grid for a warp (``warp_in_grid_bands``, where the broadcast grid is torch's; a single
     augmentation or a container of one: its forward is called once per band, each answered with
-    its band's rows of the grid), of rows of the image for a per-pixel augmentation or a container
-    of them (``ROW_BAND_PIXELS`` a band). Otherwise a whole image at a time (a container of
+    its band's rows of the grid), of rows for a per-pixel augmentation, a filter (with its halo) or
+    a container of per-pixel ones (``ROW_BAND_PIXELS`` an image a band, ``BAND_IMAGES`` images'
+    rows a call). Otherwise a whole image at a time (a container of
     several warps: the second warps the first's whole output)."""
     found = _per_image_slicer(original, module, args, kwargs)
     if found is None:
@@ -674,7 +690,7 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         if drawn is None:  # the release's forward draws it (the same stream)
             return original(module, image.float(), params=params)
         params = drawn
-    planes = row.drawn[:1]  # image-sized parameters: a band takes its rows of them
+    planes = row.planes + row.drawn[:1]  # image-sized parameters: a band takes its rows of them
     if isinstance(params, list) and params and split == "image":
         # A container's first child reads the container's image: a crop there reads a part of it.
         first = _by_image(dict(module.named_children()).get(getattr(params[0], "name", None)))
@@ -700,23 +716,25 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     if in_bands and split == "rows":
         height, width = image.shape[-2:]
         margin = halo or 0
+        group = min(batch, BAND_IMAGES)
         band = max(1, (HALO_BAND_PIXELS if halo is not None else ROW_BAND_PIXELS) // max(width, 1))
-        for index in range(batch):
-            rows = own(index, index + 1)
+        for first in range(0, batch, group):
+            last = min(first + group, batch)
+            rows = own(first, last)
             for start in range(0, height, band):
                 stop = min(start + band, height)
                 low, high = max(start - margin, 0), min(stop + margin, height)
                 band_rows = rows if not planes else {key: value[..., low:high, :] if key in planes else value
                                                      for key, value in rows.items()}
-                result = original(module, image[index : index + 1, :, low:high].float(), params=band_rows)
+                result = original(module, image[first:last, :, low:high].float(), params=band_rows)
                 if (not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.dim() != 4
-                        or result.shape[0] != 1 or tuple(result.shape[-2:]) != (high - low, width)):
+                        or result.shape[0] != last - first or tuple(result.shape[-2:]) != (high - low, width)):
                     return whole()  # not pixel by pixel after all
                 if out is None:
                     out = torch.empty((batch, result.shape[1], height, width), dtype=dtype, device=result.device)
                 elif result.shape[1] != out.shape[1]:
                     return whole()
-                out[index : index + 1, :, start:stop] = result[..., start - low : stop - low, :]
+                out[first:last, :, start:stop] = result[..., start - low : stop - low, :]
                 del result
             given.append(rows)
             states.append(_call_state(module))
@@ -751,7 +769,7 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
             given.append(rows)
             states.append(_call_state(module))
             del result
-    if out is None or len(states) != -(-batch // (1 if in_bands else count)):
+    if out is None or len(states) != -(-batch // (group if in_bands and split == "rows" else 1 if in_bands else count)):
         return whole()
     if not _put_whole_batch_state(module, params, given, states, batch):
         return whole()
