@@ -563,10 +563,9 @@ def _halo_rows(module: Any, row: ByImage, params: Any = None) -> Optional[int]:
 # Images whose rows of a band one call takes (bands of rows): each output pixel is computed from its
 # own image's rows alike, and a call of several images shares its Python and its threads (a
 # filter's per-image kernels are a grouped convolution: 4x3x72x2048 RandomMotionBlur 37 us an
-# image row, 1x3x72x2048 64 us, whole 1x3x2048x2048 images 127 us). 4x3 bands, bfloat16, two
-# runs (measured): RandomMotionBlur 4x3x1024x1024 73-74 -> 48-49 ms, 4x3x2048x2048 556-595 ->
-# 471-512 ms; RandomGaussianBlur((9, 9)) 2048 442-512 -> 348-400 ms; ColorJiggle 2048
-# 1279-1962 -> 1044-1143 ms; at 1024 the per-pixel ones alike within the noise.
+# image row, 1x3x72x2048 64 us). bfloat16, 4x3x2048x2048, fresh processes, one image a call ->
+# four (measured): RandomMotionBlur 341-390 -> 195-234 ms, RandomPlanckianJitter 67-69 -> 54-78
+# ms, RandomGaussianBlur((9, 9)) 187-252 -> 196-337 ms (noise either way), ColorJiggle faster.
 BAND_IMAGES = 4
 
 # Pixels of a filter's band beside its halo: larger bands spend less on the halo's rows, smaller
@@ -735,7 +734,8 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
                 elif result.shape[1] != out.shape[1]:
                     return whole()
                 out[first:last, :, start:stop] = result[..., start - low : stop - low, :]
-                del result
+                # ``result`` is kept until the next band's exists: glibc then reuses its heap for the
+                # next band's temporaries instead of trimming it and faulting it in (as the warps' bands)
             given.append(rows)
             states.append(_call_state(module))
     elif in_bands:
