@@ -222,3 +222,25 @@ def widening_half_products(dtype: torch.dtype):
                 return tree_map(lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x, out)
 
     return WidenHalfProducts()
+
+
+def half_ulp(values: torch.Tensor) -> torch.Tensor:
+    """Per element, the spacing of values' half dtype at that value (float32 tensor): 2^(exponent)
+    times the dtype's epsilon, the subnormal step below the smallest normal."""
+    info = torch.finfo(values.dtype)
+    magnitude = values.float().abs().clamp_min(info.tiny)
+    return torch.exp2(torch.floor(torch.log2(magnitude))) * info.eps
+
+
+def assert_as_close_to_float64_as_the_release(got: torch.Tensor, narrowed: torch.Tensor, float64: torch.Tensor,
+                                              differing_fraction: float) -> None:
+    """The bound of a float32 evaluation that rounds otherwise than the release's (a rank-one
+    kernel in two passes, ``filters_conv_hang.rank_one_factors``): every element at most 1 half
+    ulp farther from the float64 computation than the release's float32 result narrowed, and at
+    most ``differing_fraction`` of the elements not that narrowed result."""
+    assert got.dtype == narrowed.dtype and got.shape == narrowed.shape
+    assert bool(torch.isfinite(got).all())
+    step = torch.maximum(half_ulp(got), half_ulp(narrowed)).double()
+    farther = (got.double() - float64).abs() - (narrowed.double() - float64).abs()
+    assert bool((farther <= step).all()), float((farther / step).max())
+    assert float((got != narrowed).float().mean()) <= differing_fraction

@@ -12,7 +12,8 @@ import torch
 
 import kornia_halfpatch
 from kornia_halfpatch import testing
-from support import FULL_DTYPES, HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal
+from support import (FULL_DTYPES, HALF_DTYPES, KORNIA, UPSTREAM_FIXED, assert_as_close_to_float64_as_the_release,
+                     bitwise_equal)
 
 pytestmark = pytest.mark.skipif(UPSTREAM_FIXED, reason="kornia >= 0.9.0: nothing is patched")
 DTYPE_IDS = [str(d).replace("torch.", "") for d in HALF_DTYPES]
@@ -53,6 +54,9 @@ def transforms():
 
 
 CASES = sorted(transforms())
+# Its 63x63 Gaussian blur of the noise is convolved as a column and a row in the float32
+# evaluation (filters_conv_hang.rank_one_factors): the bound of test_half_at_scale's elastic test.
+ROUNDED_OTHERWISE = {"RandomElasticTransform"}
 
 
 def _seeded(call, seed=31):
@@ -94,7 +98,11 @@ def test_half_is_the_float32_augmentation_narrowed(name, dtype):
         module = make()
         out, stream = _seeded(lambda: module(image))
     assert out.dtype == dtype
-    assert bitwise_equal(out, reference.to(dtype)), name
+    if name in ROUNDED_OTHERWISE:
+        float64 = _seeded(lambda: make()(image.double()))[0]
+        assert_as_close_to_float64_as_the_release(out, reference.to(dtype), float64, 0.01)
+    else:
+        assert bitwise_equal(out, reference.to(dtype)), name
     assert bool(torch.isfinite(out).all())
     # Same draws: the parameters and the stream after the call are the float32 run's.
     _assert_params_equal(module._params, reference_module._params)

@@ -322,6 +322,8 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomLinearCornerIllumination": ByImage(("gradient",), split="rows", planes=("gradient",)),
     "RandomSaltAndPepperNoise": ByImage(("amount_factor", "salt_and_pepper_factor", "mask_salt", "mask_pepper"),
                                         split="rows", planes=("mask_salt", "mask_pepper")),
+    # each image warped by its own drawn noise, blurred (the blur's two passes: filters_conv_hang)
+    "RandomElasticTransform": ByImage(("noise",)),
     "RandomThinPlateSpline": ByImage(("src", "dst")),
     "RandomFisheye": ByImage(("center_x", "center_y", "gamma")),
     "RandomClahe": ByImage(("clip_limit_factor",)),
