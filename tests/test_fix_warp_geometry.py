@@ -13,6 +13,7 @@ from kornia_halfpatch.demos.warp_geometry import error_ratio, warp_test_image, w
 from kornia_halfpatch.fixes.warp_geometry import FIX as WARP_FIX
 import examples as inputs
 from support import (
+    assert_as_close_to_float64_as_the_release,
     HALF_DTYPES, KORNIA, UPSTREAM_FIXED, bitwise_equal, expect_missing_kernel_error, lacks_half_kernel, run_python,
 )
 
@@ -51,7 +52,14 @@ def test_half_warp_is_the_float32_warp_narrowed_in_every_mode(name, mode, pad):
         expected = _unpatched_float32_narrowed(call, image, dtype, mode, pad)
         out = call(image.to(dtype), mode, pad)
         assert out.dtype == dtype  # 0.9.0's output dtype
-        assert bitwise_equal(out, expected), (name, dtype)
+        if name == "elastic_transform2d":
+            # its 15x15 noise blur in two passes (filters_conv_hang.rank_one_factors): the bound
+            # of test_half_at_scale's elastic test, not the release's bits
+            with kornia_halfpatch.unpatched([FIX]):
+                float64 = call(image.double(), mode, pad)
+            assert_as_close_to_float64_as_the_release(out, expected, float64, 0.01)
+        else:
+            assert bitwise_equal(out, expected), (name, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)

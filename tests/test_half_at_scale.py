@@ -1559,10 +1559,10 @@ def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monk
     cases = {
         "given parameters": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t, params)),
         "a gradient": (lambda: augmentation.RandomRotation(30.0, p=1.0), lambda m, t: m(t.requires_grad_())),
-        "not in the table": (lambda: augmentation.RandomElasticTransform(p=1.0), lambda m, t: m(t)),
+        "not in the table": (lambda: augmentation.RandomPlasmaBrightness(p=1.0), lambda m, t: m(t)),
         "a container with a child outside the table": (
             lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0),
-                                                        augmentation.RandomElasticTransform(p=1.0)),
+                                                        augmentation.RandomPlasmaBrightness(p=1.0)),
             lambda m, t: m(t)),
         "a container with a child whose parameters index the batch": (
             lambda: augmentation.AugmentationSequential(augmentation.RandomRotation(30.0, p=1.0),
