@@ -151,6 +151,8 @@ def other_cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
         "RandomChannelDropout": seeded(lambda: augmentation.RandomChannelDropout(p=1.0)),
         "RandomMixUpV2": seeded(lambda: augmentation.RandomMixUpV2(p=1.0)),
         "RandomJPEG": seeded(lambda: augmentation.RandomJPEG(p=1.0)),
+        "RandomCutMixV2": seeded(lambda: augmentation.RandomCutMixV2(p=1.0)),
+        "RandomElasticTransform(31)": seeded(lambda: augmentation.RandomElasticTransform((31, 31), (8.0, 8.0), p=1.0)),
         "rgb_to_grayscale": lambda x: lambda: kornia.color.rgb_to_grayscale(x),
         "adjust_hue": lambda x: lambda: kornia.enhance.adjust_hue(x, 0.5),
         "adjust_saturation": lambda x: lambda: kornia.enhance.adjust_saturation(x, 1.5),

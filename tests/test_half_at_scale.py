@@ -1536,6 +1536,51 @@ def test_a_large_half_mixup_in_bands_of_rows_is_the_release_float32_call_bitwise
     assert mixed_labels.dtype == torch.float32 and torch.equal(mixed_labels, expected_labels)  # as 0.9.0: float32
 
 
+@pytest.mark.parametrize("p", [1.0, 0.5])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_cutmix_moves_the_half_values_as_the_release_float32_call(dtype, p, monkeypatch):
+    """RandomCutMixV2 only copies each drawn box's pixels from the paired image: a large half
+    batch is given to the release's forward as it is, with the parameters drawn for the float32
+    call (one forward, no float32 copy). The output is the release's float32 call narrowed, bit for
+    bit; ``_params`` (with its float32 ``"dtype"``) and the random stream are the float32 call's.
+    Two cut boxes (``cut_size`` and ``num_mix``) overlap and reach the borders; a NaN is moved as
+    a NaN (its half bits: not the float32 call's 0xFFFF for bfloat16). A bfloat16 image,
+    which 0.7.0-0.8.2 refuse, is moved as the same bits viewed as float16."""
+    _small_images_by_image(monkeypatch, "bands")
+    shapes = _spy_mix_forwards(monkeypatch)
+    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    x[0, 0, 0, 0] = float("nan")  # copied as it is, wherever it goes
+    make = lambda: kornia.augmentation.RandomCutMixV2(num_mix=2, cut_size=(0.3, 0.7), p=p)
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(5)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+    with testing.isolated(only=["augmentation_pipeline"]):
+        augment = make()
+        torch.manual_seed(5)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        # A NaN is moved with its half bits (the float32 call narrows a bfloat16 NaN to 0xFFFF).
+        nan = torch.isnan(got)
+        assert got.dtype == dtype and torch.equal(nan, torch.isnan(expected)) and bool(nan.any())
+        assert bitwise_equal(torch.where(nan, 0.0, got), torch.where(nan, 0.0, expected).to(dtype))
+        if p == 1.0:
+            assert not bitwise_equal(got, x)  # boxes were pasted
+        assert set(augment._params) == set(reference._params)
+        assert all(torch.equal(augment._params[k], reference._params[k]) for k in reference._params)
+        assert shapes == [(7, 3, 96, 100)]  # the half batch itself, once
+        labels = torch.arange(7)
+        shapes.clear()
+        torch.manual_seed(5)
+        mixed, mixed_labels = augment(x, labels, data_keys=["input", "class"])  # labels: the whole call
+        assert torch.equal(torch.where(nan, 0.0, mixed), torch.where(nan, 0.0, got)) and shapes == []
+    with testing.isolated(only=()):
+        torch.manual_seed(5)
+        _, expected_labels = reference(x.float(), labels, data_keys=["input", "class"])
+    assert mixed_labels.dtype == torch.float32 and torch.equal(mixed_labels, expected_labels)
+
+
 def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monkeypatch):
     """What is not a per-image warp of a large half batch keeps one whole float32 forward, bitwise
     the release's narrowed: given parameters, a wanted gradient, an augmentation outside the table,

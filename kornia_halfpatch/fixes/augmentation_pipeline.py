@@ -782,8 +782,13 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
 # a weight drawn per image (``input * (1 - lam) + input[pairs] * lam``): a large half batch goes in
 # bands of rows of the whole batch (``_mix_in_row_bands``), each band the release's float32 forward
 # of those rows with the parameters drawn once, every pixel mixed by the same float32 operations.
-# (CutMix pastes boxes in image coordinates; Mosaic and Jigsaw move pixels: whole calls.)
+# (Mosaic and Jigsaw move pixels to other places: whole calls.)
 MIXES_BY_ROWS = frozenset({"RandomMixUpV2"})
+# Mix augmentations whose forward only moves values: CutMix clones the batch and copies each
+# drawn box's pixels from the paired image (``out[mask] = input[pairs][mask]``, the mask from the
+# float32 boxes alone), so the release's forward on the half batch, given the parameters drawn
+# for the float32 call, is that call's output narrowed, bit for bit, without a float32 copy.
+MIXES_MOVING_VALUES = frozenset({"RandomCutMixV2"})
 
 
 def _mix_in_row_bands(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
@@ -795,7 +800,8 @@ def _mix_in_row_bands(original: Any, module: torch.nn.Module, args: tuple, kwarg
     whole shape (the same generator calls, the same stream) and the float32 ``"dtype"`` entry,
     so ``_params`` is the whole call's too."""
     kind = type(module)
-    if (getattr(original, "__qualname__", "") != "MixAugmentationBaseV2.forward" or kind.__name__ not in MIXES_BY_ROWS
+    if (getattr(original, "__qualname__", "") != "MixAugmentationBaseV2.forward"
+            or kind.__name__ not in MIXES_BY_ROWS | MIXES_MOVING_VALUES
             or not kind.__module__.startswith("kornia.augmentation.")):
         return None
     if len(args) != 1 or any(value is not None for value in kwargs.values()):
@@ -819,6 +825,18 @@ def _mix_in_row_bands(original: Any, module: torch.nn.Module, args: tuple, kwarg
     params = module.forward_parameters(image.shape)
     # as the release's float32 call records it (the class labels' dtype)
     params["dtype"] = torch.tensor(dtype_names.get(torch.float32).value)
+    if kind.__name__ in MIXES_MOVING_VALUES:
+        # 0.7.0-0.8.2 refuse a bfloat16 image even with the parameters given: its bits are moved
+        # as float16 (the forward copies elements, it computes nothing from them).
+        carrier = image.view(torch.float16) if image.dtype == torch.bfloat16 else image
+        try:
+            moved = original(module, carrier, params=params)
+        except (TypeError, RuntimeError, NotImplementedError):
+            moved = None  # a half kernel this torch lacks: the widened call, with the same draws
+        if isinstance(moved, torch.Tensor) and moved.dtype == carrier.dtype and moved.shape == image.shape:
+            return moved.view(image.dtype)
+        with large_warps(height * width):
+            return original(module, image.float(), params=params)
     out = torch.empty_like(image)
     band = max(1, ROW_BAND_PIXELS // width)
     for start in range(0, height, band):
