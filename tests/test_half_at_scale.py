@@ -354,6 +354,22 @@ def test_bfloat16_filter2d_with_a_15x15_kernel_returns_in_native_mode():
     assert result.returncode == 0 and "returned" in result.stdout, result.stderr[-2000:]
 
 
+def _spy_rank_one_factors(monkeypatch):
+    """Per call of ``rank_one_factors``, whether it split the kernel (two passes)."""
+    from kornia_halfpatch.fixes import filters_conv_hang
+
+    split = []
+    factor = filters_conv_hang.rank_one_factors
+
+    def spy(*arguments):
+        factors = factor(*arguments)
+        split.append(factors is not None)
+        return factors
+
+    monkeypatch.setattr(filters_conv_hang, "rank_one_factors", spy)
+    return split
+
+
 # A rank-one kernel in two passes (``rank_one_factors``) of a non-negative image: its float32 sums
 # round otherwise than the 2-D kernel's by a few float32 ulps, so the narrowed value moves by 1
 # half ulp where it lay that close to a rounding boundary: 0.04-0.12% of the elements measured
@@ -370,17 +386,7 @@ TWO_PASS_FILTERS = {
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(TWO_PASS_FILTERS))
 def test_a_large_separable_2d_kernel_in_two_passes_is_within_1_ulp(name, dtype, mode, monkeypatch):
-    from kornia_halfpatch.fixes import filters_conv_hang
-
-    split = []
-    factor = filters_conv_hang.rank_one_factors
-
-    def spy(*arguments):
-        factors = factor(*arguments)
-        split.append(factors is not None)
-        return factors
-
-    monkeypatch.setattr(filters_conv_hang, "rank_one_factors", spy)
+    split = _spy_rank_one_factors(monkeypatch)
     call = TWO_PASS_FILTERS[name]
     x = image(2, 3, 128, seed=9).to(dtype)
     with testing.isolated(only=()):
@@ -413,17 +419,7 @@ def test_elastic_noise_blurred_in_two_passes_is_as_close_to_float64_as_the_relea
     0.35% of the elements (float16; bfloat16 0.04%) and up to 4 float16 ulps in about 1e-5 of
     them, values near 0 where the release's own float32 result is 1-2 float16 ulps from the
     float64 one: never more than 1 half ulp farther from float64 than the release narrowed."""
-    from kornia_halfpatch.fixes import filters_conv_hang
-
-    split = []
-    factor = filters_conv_hang.rank_one_factors
-
-    def spy(*arguments):
-        factors = factor(*arguments)
-        split.append(factors is not None)
-        return factors
-
-    monkeypatch.setattr(filters_conv_hang, "rank_one_factors", spy)
+    split = _spy_rank_one_factors(monkeypatch)
     x = image(2, 3, 128, seed=5).to(dtype)
     if call == "image by image":  # 128x128 images taken as large: one image a chunk
         from kornia_halfpatch.fixes import augmentation_pipeline
