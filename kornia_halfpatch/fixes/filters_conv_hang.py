@@ -303,9 +303,11 @@ def rank_one_factors(weight: torch.Tensor, stride: Any, padding: Any,
     """The (G, 1, kh, 1) columns and (G, 1, 1, kw) rows of a float32 depthwise kernel that is rank
     one with both sides >= SEPARABLE_KERNEL_SIDE, for a plain convolution (stride 1, no padding,
     no dilation: filter2d pads itself); None otherwise. Its two passes are the same function as
-    the 2-D kernel up to float32 roundings (a few float32 ulps of the sum), which moves a narrowed
-    half result by at most 1 half ulp where the float32 value lies that close to a rounding
-    boundary (``RandomElasticTransform``'s 63x63 blur of its noise: 1.1 of its 1.4 s)."""
+    the 2-D kernel up to float32 roundings (a few float32 ulps of the sum). A filtered image
+    narrowed moves by 1 half ulp where its float32 value lay that close to a rounding boundary
+    (0.2% of the elements at most); ``RandomElasticTransform``'s blurred noise (1.1 of its 1.4 s)
+    moves where the image is sampled, which keeps the result as close to float64 as the release's
+    narrowed, to 1 half ulp (docs/half_at_scale.md, "Error bound")."""
     if weight.dtype != torch.float32 or weight.dim() != 4 or weight.shape[1] != 1:
         return None
     kernels, height, width = weight.shape[0], weight.shape[2], weight.shape[3]
