@@ -241,3 +241,32 @@ CHANNELS_LAST_PLANES = _ChannelsLastPlanes()
 def keeps_channels_last() -> bool:
     """Inside a float32 evaluation whose depthwise convolutions may answer in channels-last."""
     return CHANNELS_LAST_PLANES.depth > 0 and FLOAT32_EVALUATION.depth > 0
+
+
+class _HalfConvolutions(threading.local):
+    """The half dtype whose call this thread's float32 evaluation stands for, where that call's
+    heavy arithmetic is a depthwise convolution that kornia 0.9.0 computes in the half dtype with
+    a kernel built in float32 (``RandomMotionBlur``: its half output is, bit for bit, the half
+    image convolved in half with the float32 kernel narrowed; measured). Where the dtype has half
+    arithmetic (``networks_cpu_half``'s native mode), kornia's depthwise convolutions inside take
+    it (``fixes/filters_conv_hang.py``): the same computation as 0.9.0's, so its error, at its
+    speed. None elsewhere."""
+
+    dtype: Optional[torch.dtype] = None
+
+    def __repr__(self) -> str:
+        return f"{__name__}.HALF_CONVOLUTIONS"
+
+
+HALF_CONVOLUTIONS = _HalfConvolutions()
+
+
+@contextlib.contextmanager
+def half_convolutions(dtype: Optional[torch.dtype]) -> Any:
+    """Inside: ``HALF_CONVOLUTIONS.dtype`` is ``dtype`` (None: no half convolutions), restored after."""
+    before = HALF_CONVOLUTIONS.dtype
+    HALF_CONVOLUTIONS.dtype = dtype
+    try:
+        yield
+    finally:
+        HALF_CONVOLUTIONS.dtype = before

@@ -1304,6 +1304,9 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         torch.manual_seed(5)
         expected = reference(x.float())
         stream = torch.random.get_rng_state()
+    if name.split()[0] in augmentation_pipeline.CONVOLVED_IN_HALF:
+        # a filter that 0.9.0 convolves in half does so in the native mode (tested below)
+        monkeypatch.setenv("KORNIA_HALFPATCH_CPU_HALF", "float32")
     with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
         augment = _augmentations()[name]()
         torch.manual_seed(5)
@@ -1361,6 +1364,69 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         assert shapes == [(4, 3, 16, 100)] * 6 + [(3, 3, 16, 100)] * 6  # four images' 16 rows a call, then three
     else:
         assert shapes == [(1, 3, 96, 100)] * 7
+
+
+@pytest.mark.parametrize("border", ["constant", "reflect"])
+@pytest.mark.parametrize("path", ["whole", "bands"])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_motion_blur_convolves_in_half_where_the_dtype_is_native(dtype, path, border, monkeypatch):
+    """RandomMotionBlur (``CONVOLVED_IN_HALF``): kornia 0.9.0 convolves a half image in half with
+    the float32-built motion kernel narrowed (its half output is exactly that, measured against
+    0.9.0). In the native mode the shim does the same, band by band on the half image or in its
+    float32 evaluation of a small one: within 1 half ulp of the release's own ``motion_blur`` of
+    the half images with the drawn parameters (the convolution's layout may round otherwise),
+    images not applied untouched, the parameters and the stream the float32 call's; the
+    convolutions saw the half dtype. In the float32 mode it is the float32 call narrowed, bitwise."""
+    from kornia_halfpatch.fixes import augmentation_pipeline, filters_conv_hang
+
+    if path == "bands":
+        _small_images_by_image(monkeypatch, path)
+    seen = []
+    real = filters_conv_hang.half_convolution_dtype
+
+    def spy():
+        seen.append(real())
+        return seen[-1]
+
+    monkeypatch.setattr(filters_conv_hang, "half_convolution_dtype", spy)
+    monkeypatch.setattr(augmentation_pipeline, "half_convolution_dtype", spy)
+    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+
+    def make():
+        return kornia.augmentation.RandomMotionBlur((3, 9), 35.0, 0.5, border_type=border, p=0.6)
+
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(5)
+        float32_call = reference(x.float())
+        stream = torch.random.get_rng_state()
+        params = reference._params
+        applied = params["batch_prob"] > 0.5
+        assert 0 < int(applied.sum()) < 7
+        with widening_missing_kernels():  # torch 2.1 has no float16 CPU convolution
+            side = int(params["ksize_factor"][int(params["idx"][0])])
+            expected = x.clone()
+            expected[applied] = kornia.filters.motion_blur(x[applied], side, params["angle_factor"],
+                                                           params["direction_factor"], border)
+    for mode in MODES:
+        seen.clear()
+        with testing.isolated(only=ONLY + ["augmentation_pipeline"], cpu_half=mode):
+            augment = make()
+            torch.manual_seed(5)
+            got = augment(x)
+            assert torch.equal(torch.random.get_rng_state(), stream)
+            assert all(torch.equal(augment._params[k], params[k]) for k in params)
+        assert got.dtype == dtype
+        if mode == "float32":
+            assert bitwise_equal(got, float32_call.to(dtype))
+            assert seen and not any(seen)
+            continue
+        assert seen and set(seen) == {dtype}
+        assert bitwise_equal(got[~applied], x[~applied])
+        apart = ulps_apart(got, expected)
+        assert apart.max() <= 1 and (apart > 0).float().mean() <= 1e-3
+        # the half computation, not the float32 one narrowed (which differs in 10-20% of the values)
+        assert (got != float32_call.to(dtype)).float().mean() > 0.01
 
 
 def _containers():

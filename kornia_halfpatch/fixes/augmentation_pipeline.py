@@ -50,9 +50,10 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
     _reparametrize_module = None
 
 from .._model import Finding, Fix, Target, bug_present, unsupported
-from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context
+from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context, half_convolutions
 from .._torch_compat import is_compiling
 from ._at_scale import SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
+from .filters_conv_hang import half_convolution_dtype
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -354,6 +355,28 @@ CHUNKED_IMAGE_PIXELS = 1 << 16
 # (4x3x1024x1024 ColorJiggle on AVX-512: bands of 32 rows 0.27 s, 64 0.22 s, 128 0.24 s, whole
 # images 0.40 s, the whole batch 0.57 s; measured).
 ROW_BAND_PIXELS = 1 << 16
+
+
+# Augmentations whose half call kornia 0.9.0 computes as a depthwise convolution in the half dtype
+# with a kernel built in float32: RandomMotionBlur's half output there is, bit for bit, filter2d of
+# the half image with get_motion_kernel2d's float32 kernel narrowed (both dtypes, measured). Where
+# the dtype is native on the CPU, the shim's float32 evaluation convolves the same way
+# (``HALF_CONVOLUTIONS``, fixes/filters_conv_hang.py): 0.9.0's computation and error, at its speed
+# (the release's float32 9x9 convolution was 1.1-1.6x 0.9.0's bfloat16 time on avx512_bf16).
+# Not RandomGaussianBlur (0.9.0's half blur is float32's narrowed: the shim's already) nor
+# RandomBoxBlur (0.9.0's half box blur is 1.5-2x float32's error; the float32 one is not slower).
+CONVOLVED_IN_HALF = frozenset({"RandomMotionBlur"})
+
+
+def _convolutions_of(module: Any, image: torch.Tensor) -> Any:
+    """The context for a half call of ``module``'s: its convolutions in the half dtype where 0.9.0
+    computes them so (``CONVOLVED_IN_HALF``, the dtype native there: decided at the convolution),
+    on CPU, in eager mode; else nothing."""
+    kind = type(module)
+    if (kind.__name__ in CONVOLVED_IN_HALF and kind.__module__.startswith("kornia.augmentation.")
+            and image.device.type == "cpu" and not is_compiling() and not torch.jit.is_tracing()):
+        return half_convolutions(image.dtype)
+    return contextlib.nullcontext()
 
 
 def _by_image(module: Any) -> Optional[ByImage]:
@@ -715,6 +738,9 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     given: List[Any] = []
     out: Optional[torch.Tensor] = None
     if in_bands and split == "rows":
+        # A filter that 0.9.0 convolves in half (CONVOLVED_IN_HALF), the dtype native here: the
+        # release's forward on the half band is that computation, without a float32 copy of it.
+        in_half = half_convolution_dtype() == dtype
         height, width = image.shape[-2:]
         margin = halo or 0
         group = min(batch, BAND_IMAGES)
@@ -727,8 +753,14 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
                 low, high = max(start - margin, 0), min(stop + margin, height)
                 band_rows = rows if not planes else {key: value[..., low:high, :] if key in planes else value
                                                      for key, value in rows.items()}
-                result = original(module, image[first:last, :, low:high].float(), params=band_rows)
-                if (not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.dim() != 4
+                result = _release_half_forward(original, module, image[first:last, :, low:high], band_rows) \
+                    if in_half else None
+                if result is None:
+                    # Refused: the float32 band, its convolutions still in half (HALF_CONVOLUTIONS)
+                    in_half = False
+                    result = original(module, image[first:last, :, low:high].float(), params=band_rows)
+                if (not isinstance(result, torch.Tensor) or result.dtype != (dtype if in_half else torch.float32)
+                        or result.dim() != 4
                         or result.shape[0] != last - first or tuple(result.shape[-2:]) != (high - low, width)):
                     return whole()  # not pixel by pixel after all
                 if out is None:
@@ -883,7 +915,7 @@ def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[
     # The shim's float32 evaluation of a half call: inside it the depthwise filters take their
     # channels-last float32 form (fixes/_at_scale.py).
     pixels = first.shape[-2] * first.shape[-1] if first.dim() >= 2 else 0
-    with float32_context(first), FLOAT32_EVALUATION:
+    with float32_context(first), FLOAT32_EVALUATION, _convolutions_of(module, first):
         return _promoted_call(original, module, args, kwargs, data, first.dtype, pixels)
 
 
