@@ -31,6 +31,7 @@ and ``torch.get_autocast_dtype(device)`` from torch 2.4; before, one function pe
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from typing import Any, Optional
 
@@ -243,30 +244,41 @@ def keeps_channels_last() -> bool:
     return CHANNELS_LAST_PLANES.depth > 0 and FLOAT32_EVALUATION.depth > 0
 
 
-class _HalfConvolutions(threading.local):
-    """The half dtype whose call this thread's float32 evaluation stands for, where that call's
-    heavy arithmetic is a depthwise convolution that kornia 0.9.0 computes in the half dtype with
-    a kernel built in float32 (``RandomMotionBlur``: its half output is, bit for bit, the half
-    image convolved in half with the float32 kernel narrowed; measured). Where the dtype has half
-    arithmetic (``networks_cpu_half``'s native mode), kornia's depthwise convolutions inside take
-    it (``fixes/filters_conv_hang.py``): the same computation as 0.9.0's, so its error, at its
-    speed. None elsewhere."""
+class _HalfArithmetic(threading.local):
+    """The half dtype whose call this thread's float32 evaluation stands for, where kornia 0.9.0
+    does that call's heavy arithmetic in the half dtype (``augmentation_pipeline.COMPUTED_IN_HALF``:
+    ``RandomMotionBlur``'s depthwise convolution with a float32-built kernel, ``RandomResizedCrop``'s
+    bilinear resize; measured against 0.9.0). Where the dtype has half arithmetic
+    (``native_half_arithmetic``), that step takes it (``fixes/filters_conv_hang.py``'s convolutions,
+    ``fixes/_at_scale.py``'s resize): 0.9.0's computation, so its error, at its speed. None elsewhere."""
 
     dtype: Optional[torch.dtype] = None
 
     def __repr__(self) -> str:
-        return f"{__name__}.HALF_CONVOLUTIONS"
+        return f"{__name__}.HALF_ARITHMETIC"
 
 
-HALF_CONVOLUTIONS = _HalfConvolutions()
+HALF_ARITHMETIC = _HalfArithmetic()
 
 
 @contextlib.contextmanager
-def half_convolutions(dtype: Optional[torch.dtype]) -> Any:
-    """Inside: ``HALF_CONVOLUTIONS.dtype`` is ``dtype`` (None: no half convolutions), restored after."""
-    before = HALF_CONVOLUTIONS.dtype
-    HALF_CONVOLUTIONS.dtype = dtype
+def half_arithmetic(dtype: Optional[torch.dtype]) -> Any:
+    """Inside: ``HALF_ARITHMETIC.dtype`` is ``dtype`` (None: none), restored after."""
+    before = HALF_ARITHMETIC.dtype
+    HALF_ARITHMETIC.dtype = dtype
     try:
         yield
     finally:
-        HALF_CONVOLUTIONS.dtype = before
+        HALF_ARITHMETIC.dtype = before
+
+
+def native_half_arithmetic() -> Optional[torch.dtype]:
+    """``HALF_ARITHMETIC``'s dtype where ``networks_cpu_half``'s modes make it native on the CPU
+    (not their float32 mode); else None, also where the modes are not loaded (the float32
+    evaluation, as before there was a choice)."""
+    standing_for = HALF_ARITHMETIC.dtype
+    if standing_for is None:
+        return None
+    # networks_cpu_half owns the modes; read from the loaded module (it imports fixes that import this)
+    modes = sys.modules.get(f"{__package__}.fixes.networks_cpu_half")
+    return standing_for if modes is not None and standing_for not in modes.promoted_dtypes() else None

@@ -1304,7 +1304,7 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         torch.manual_seed(5)
         expected = reference(x.float())
         stream = torch.random.get_rng_state()
-    if name.split()[0] in augmentation_pipeline.CONVOLVED_IN_HALF:
+    if name.split()[0] in augmentation_pipeline.COMPUTED_IN_HALF:
         # a filter that 0.9.0 convolves in half does so in the native mode (tested below)
         monkeypatch.setenv("KORNIA_HALFPATCH_CPU_HALF", "float32")
     with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
@@ -1370,7 +1370,7 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
 @pytest.mark.parametrize("path", ["whole", "bands"])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_motion_blur_convolves_in_half_where_the_dtype_is_native(dtype, path, border, monkeypatch):
-    """RandomMotionBlur (``CONVOLVED_IN_HALF``): kornia 0.9.0 convolves a half image in half with
+    """RandomMotionBlur (``COMPUTED_IN_HALF``): kornia 0.9.0 convolves a half image in half with
     the float32-built motion kernel narrowed (its half output is exactly that, measured against
     0.9.0). In the native mode the shim does the same, band by band on the half image or in its
     float32 evaluation of a small one: within 1 half ulp of the release's own ``motion_blur`` of
@@ -1382,14 +1382,14 @@ def test_motion_blur_convolves_in_half_where_the_dtype_is_native(dtype, path, bo
     if path == "bands":
         _small_images_by_image(monkeypatch, path)
     seen = []
-    real = filters_conv_hang.half_convolution_dtype
+    real = filters_conv_hang.native_half_arithmetic
 
     def spy():
         seen.append(real())
         return seen[-1]
 
-    monkeypatch.setattr(filters_conv_hang, "half_convolution_dtype", spy)
-    monkeypatch.setattr(augmentation_pipeline, "half_convolution_dtype", spy)
+    monkeypatch.setattr(filters_conv_hang, "native_half_arithmetic", spy)
+    monkeypatch.setattr(augmentation_pipeline, "native_half_arithmetic", spy)
     x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
 
     def make():
@@ -1427,6 +1427,69 @@ def test_motion_blur_convolves_in_half_where_the_dtype_is_native(dtype, path, bo
         assert apart.max() <= 1 and (apart > 0).float().mean() <= 1e-3
         # the half computation, not the float32 one narrowed (which differs in 10-20% of the values)
         assert (got != float32_call.to(dtype)).float().mean() > 0.01
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_resized_crop_resizes_in_half_where_the_dtype_is_native(dtype, monkeypatch):
+    """RandomResizedCrop by indices (``COMPUTED_IN_HALF``): kornia 0.9.0 resizes each half crop by
+    torch's half bilinear kernel (its output is exactly that, measured on 0.7.0, 0.8.2 and 0.8.3's
+    draws). In the native mode a large half batch takes the release's forward on the half batch:
+    each output image is torch's half ``interpolate`` of the crop its drawn box gives, bit for bit;
+    the parameters and the stream are the float32 call's, the transform matrices within 3 half
+    ulps of its (0.9.0's are as far). In the float32 mode: the float32 call's resize, narrowed."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    _small_images_by_image(monkeypatch, "chunks")
+    monkeypatch.setattr(augmentation_pipeline, "_REFUSED_HALF", set())
+    forwards = []
+    real = augmentation_pipeline._release_half_forward
+
+    def spy(original, module, image, params):
+        result = real(original, module, image, params)
+        if result is not None:
+            forwards.append((image.dtype, tuple(image.shape)))
+        return result
+
+    monkeypatch.setattr(augmentation_pipeline, "_release_half_forward", spy)
+    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+
+    def make():
+        return kornia.augmentation.RandomResizedCrop((48, 50), p=1.0)
+
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(5)
+        float32_call = reference(x.float())
+        stream = torch.random.get_rng_state()
+        params, matrices = reference._params, reference.transform_matrix
+    boxes = params["src"].round().long()  # corners (x, y): top-left first, bottom-right third
+    try:
+        expected = torch.cat([F.interpolate(x[i : i + 1, :, boxes[i, 0, 1] : boxes[i, 2, 1] + 1,
+                                              boxes[i, 0, 0] : boxes[i, 2, 0] + 1],
+                                            size=(48, 50), mode="bilinear", align_corners=True) for i in range(7)])
+    except RuntimeError:  # no half CPU interpolate on this torch: the float32 path
+        expected = None
+    for mode in MODES:
+        with testing.isolated(only=ONLY + ["augmentation_pipeline"], cpu_half=mode):
+            augment = make()
+            torch.manual_seed(5)
+            got = augment(x)
+            assert torch.equal(torch.random.get_rng_state(), stream)
+            assert all(torch.equal(augment._params[k], params[k]) for k in params)
+            got_matrices = augment.transform_matrix
+        assert got.dtype == dtype and got_matrices.dtype == dtype
+        if mode == "float32" or expected is None:
+            assert not forwards
+            assert_resized_within_bound(got, float32_call.to(dtype))
+            assert bitwise_equal(got_matrices, matrices.to(dtype))
+            continue
+        assert bitwise_equal(got, expected)
+        assert forwards == [(dtype, (7, 3, 96, 100))]  # the release's forward on the half batch, once
+        ulp = torch.finfo(dtype).eps
+        large = matrices.abs() > 1e-6
+        relative = (got_matrices.double() - matrices.double()).abs()[large] / matrices.abs().double()[large]
+        assert relative.max() <= 3 * ulp
+        assert (got_matrices.double()[~large].abs() <= 1e-6).all()
 
 
 def _containers():

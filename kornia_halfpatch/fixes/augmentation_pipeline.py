@@ -50,10 +50,10 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
     _reparametrize_module = None
 
 from .._model import Finding, Fix, Target, bug_present, unsupported
-from .._precision import FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context, half_convolutions
+from .._precision import (FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context, half_arithmetic,
+                          native_half_arithmetic)
 from .._torch_compat import is_compiling
 from ._at_scale import SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
-from .filters_conv_hang import half_convolution_dtype
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -357,25 +357,35 @@ CHUNKED_IMAGE_PIXELS = 1 << 16
 ROW_BAND_PIXELS = 1 << 16
 
 
-# Augmentations whose half call kornia 0.9.0 computes as a depthwise convolution in the half dtype
-# with a kernel built in float32: RandomMotionBlur's half output there is, bit for bit, filter2d of
-# the half image with get_motion_kernel2d's float32 kernel narrowed (both dtypes, measured). Where
-# the dtype is native on the CPU, the shim's float32 evaluation convolves the same way
-# (``HALF_CONVOLUTIONS``, fixes/filters_conv_hang.py): 0.9.0's computation and error, at its speed
-# (the release's float32 9x9 convolution was 1.1-1.6x 0.9.0's bfloat16 time on avx512_bf16).
-# Not RandomGaussianBlur (0.9.0's half blur is float32's narrowed: the shim's already) nor
-# RandomBoxBlur (0.9.0's half box blur is 1.5-2x float32's error; the float32 one is not slower).
-CONVOLVED_IN_HALF = frozenset({"RandomMotionBlur"})
+# Augmentations whose half call kornia 0.9.0 computes with its heavy step in the half dtype, and
+# that step. Where the dtype is native on the CPU (``networks_cpu_half``'s modes), the shim's float32
+# evaluation does that step the same way (``HALF_ARITHMETIC``): 0.9.0's computation and error, at
+# its speed; in the float32 mode, and on CUDA, the release's float32 call narrowed as before.
+COMPUTED_IN_HALF = {
+    # 0.9.0's half output is, bit for bit, filter2d of the half image with get_motion_kernel2d's
+    # float32 kernel narrowed (both dtypes, measured): the depthwise convolution in half
+    # (fixes/filters_conv_hang.py). The release's float32 9x9 convolution was 1.1-1.6x 0.9.0's
+    # bfloat16 time on avx512_bf16. Not RandomGaussianBlur (0.9.0's half blur is float32's
+    # narrowed: the shim's already) nor RandomBoxBlur (0.9.0's half box blur has 1.5-2x float32's
+    # error, and the float32 one is not slower).
+    "RandomMotionBlur": "convolution",
+    # A crop by indices (the default ``cropping_mode="slice"``): 0.9.0 resizes each half crop by
+    # torch's half bilinear kernel (not the float32 resize narrowed: 2-3x its error at
+    # 4x3x1024x1024; its output is exactly that kernel's, measured). The release's forward on the
+    # half batch with the drawn parameters computes the same (bit for bit 0.9.0's output, 0.8.2);
+    # the shim's float32 evaluation was 1.4-3.7x 0.9.0's time and 2-3x its memory.
+    "RandomResizedCrop": "resize",
+}
 
 
-def _convolutions_of(module: Any, image: torch.Tensor) -> Any:
-    """The context for a half call of ``module``'s: its convolutions in the half dtype where 0.9.0
-    computes them so (``CONVOLVED_IN_HALF``, the dtype native there: decided at the convolution),
-    on CPU, in eager mode; else nothing."""
+def _half_arithmetic_of(module: Any, image: torch.Tensor) -> Any:
+    """The context for a half call of ``module``'s: its heavy step in the half dtype where 0.9.0
+    computes it so (``COMPUTED_IN_HALF``; whether the dtype is native is decided at the step), on
+    CPU, in eager mode; else nothing."""
     kind = type(module)
-    if (kind.__name__ in CONVOLVED_IN_HALF and kind.__module__.startswith("kornia.augmentation.")
+    if (kind.__name__ in COMPUTED_IN_HALF and kind.__module__.startswith("kornia.augmentation.")
             and image.device.type == "cpu" and not is_compiling() and not torch.jit.is_tracing()):
-        return half_convolutions(image.dtype)
+        return half_arithmetic(image.dtype)
     return contextlib.nullcontext()
 
 
@@ -724,6 +734,11 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         moved = _release_half_forward(original, module, image, params)
         if moved is not None:
             return moved
+    if sliced_crop and COMPUTED_IN_HALF.get(type(module).__name__) == "resize" and native_half_arithmetic() == dtype:
+        # resized in half, as 0.9.0 does (COMPUTED_IN_HALF): the release's forward on the half batch
+        moved = _release_half_forward(original, module, image, params)
+        if moved is not None:
+            return moved
     own = slicer(params, batch)
 
     def whole() -> Any:
@@ -738,9 +753,9 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
     given: List[Any] = []
     out: Optional[torch.Tensor] = None
     if in_bands and split == "rows":
-        # A filter that 0.9.0 convolves in half (CONVOLVED_IN_HALF), the dtype native here: the
+        # A filter that 0.9.0 convolves in half (COMPUTED_IN_HALF), the dtype native here: the
         # release's forward on the half band is that computation, without a float32 copy of it.
-        in_half = half_convolution_dtype() == dtype
+        in_half = native_half_arithmetic() == dtype
         height, width = image.shape[-2:]
         margin = halo or 0
         group = min(batch, BAND_IMAGES)
@@ -759,7 +774,7 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
                 # (assigned once computed: the previous band's result lives until then, see below)
                 half_result = _release_half_forward(original, module, image[first:last, :, low:high],
                                                     band_rows) if in_half else None
-                # Refused: the float32 band, its convolutions still in half (HALF_CONVOLUTIONS)
+                # Refused: the float32 band, its convolutions still in half (HALF_ARITHMETIC)
                 in_half = half_result is not None
                 result = half_result if in_half else \
                     original(module, image[first:last, :, low:high].float(), params=band_rows)
@@ -919,7 +934,7 @@ def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[
     # The shim's float32 evaluation of a half call: inside it the depthwise filters take their
     # channels-last float32 form (fixes/_at_scale.py).
     pixels = first.shape[-2] * first.shape[-1] if first.dim() >= 2 else 0
-    with float32_context(first), FLOAT32_EVALUATION, _convolutions_of(module, first):
+    with float32_context(first), FLOAT32_EVALUATION, _half_arithmetic_of(module, first):
         return _promoted_call(original, module, args, kwargs, data, first.dtype, pixels)
 
 

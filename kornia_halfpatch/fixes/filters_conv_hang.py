@@ -46,8 +46,8 @@ from torch._jit_internal import BroadcastingList2
 
 from .. import _options as options_manifest
 from .._model import SCOPE_KORNIA, Finding, Fix, Promote, Target, bug_present, not_needed
-from .._precision import (FLOAT32_EVALUATION, HALF_CONVOLUTIONS, autocast_half, autocast_off, autocast_on,
-                          in_float32_evaluation, keeps_channels_last)
+from .._precision import (FLOAT32_EVALUATION, autocast_half, autocast_off, autocast_on,
+                          in_float32_evaluation, keeps_channels_last, native_half_arithmetic)
 from .._torch_compat import cpu_capabilities, is_compiling
 
 HANG = options_manifest.FILTERS_CONV_HANG  # KORNIA_HALFPATCH_FILTERS_CONV_HANG: auto, on, off
@@ -221,7 +221,7 @@ def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor,
     (``rank_one_factors``): the same function up to float32 roundings, 21x faster at 63x63.
 
     Inside a float32 evaluation that stands for a half call kornia 0.9.0 convolves in half
-    (``HALF_CONVOLUTIONS``: ``RandomMotionBlur``), where that dtype is native, the float32 planes
+    (``HALF_ARITHMETIC``: ``RandomMotionBlur``), where that dtype is native, the float32 planes
     (widened half values) and kernel are narrowed and convolved in half, as 0.9.0 computes them,
     and the half sums widened back exactly (bfloat16 RandomMotionBlur on avx512_bf16: the
     release's float32 time was 1.1-1.6x 0.9.0's).
@@ -244,9 +244,9 @@ def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor,
         if not in_float32_evaluation():
             return original(input, weight, bias, stride, padding, dilation, groups)
         # A float32 evaluation standing for a half call that 0.9.0 convolves in half
-        # (``HALF_CONVOLUTIONS``): in that dtype where it is native, as 0.9.0 does (the band and
+        # (``HALF_ARITHMETIC``): in that dtype where it is native, as 0.9.0 does (the band and
         # the float32-built kernel narrowed, the half sums widened back exactly).
-        compute = half_convolution_dtype() or torch.float32
+        compute = native_half_arithmetic() or torch.float32
     elif dtype in (torch.float16, torch.bfloat16) and weight.dtype == dtype:
         compute = torch.float32 if dtype in _float32_mode_dtypes() else dtype
     else:
@@ -389,17 +389,6 @@ def neighbours_by_shifts(original: Any, input: torch.Tensor, weight: torch.Tenso
         row, column = divmod(position, 3)
         torch.add(padded[:, 0, row : row + height, column : column + width], 0.0, out=out[:, k])
     return out
-
-
-def half_convolution_dtype() -> Optional[torch.dtype]:
-    """The half dtype this thread's float32 evaluation convolves in: ``HALF_CONVOLUTIONS``'s, where
-    ``networks_cpu_half``'s modes make that dtype native on the CPU; else None (also where the
-    modes are not loaded: the float32 evaluation, as before there was a choice)."""
-    standing_for = HALF_CONVOLUTIONS.dtype
-    if standing_for is None:
-        return None
-    modes = sys.modules.get(f"{__package__}.networks_cpu_half")
-    return standing_for if modes is not None and standing_for not in modes.promoted_dtypes() else None
 
 
 def _float32_mode_dtypes() -> Tuple[torch.dtype, ...]:
