@@ -27,6 +27,10 @@ AugmentationSequential, VideoSequential, PatchSequential). For a half input:
   put back while a later half ``inverse``/``forward`` runs, so an inverse equals the float32
   inverse narrowed.
 
+Where kornia 0.9.0 does an augmentation's heavy step in the half dtype and the dtype is native
+on the CPU (``COMPUTED_IN_HALF``: ``RandomMotionBlur``'s convolution, ``RandomResizedCrop``'s resize),
+a large half batch takes the release's forward on the half image instead: 0.9.0's computation.
+
 A container runs its children on the widened float32 tensors, so a promoted child inside a
 promoted container sees float32 and passes through: nothing is widened twice. float32/float64
 inputs call the original unchanged (outputs, ``_params`` and random streams bitwise the

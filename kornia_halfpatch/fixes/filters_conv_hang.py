@@ -247,6 +247,14 @@ def depthwise_at_scale(original: Any, input: torch.Tensor, weight: torch.Tensor,
         # (``HALF_ARITHMETIC``): in that dtype where it is native, as 0.9.0 does (the band and
         # the float32-built kernel narrowed, the half sums widened back exactly).
         compute = native_half_arithmetic() or torch.float32
+        if compute != torch.float32:
+            from .._kernels import missing
+
+            if str(compute).rpartition(".")[2] in missing("conv2d"):
+                # No half CPU convolution in this torch (2.1's float16): the half call's kernel,
+                # summed in float32, as the conv2d target widens the release's half call.
+                weight = weight.to(compute).float()
+                compute = torch.float32
     elif dtype in (torch.float16, torch.bfloat16) and weight.dtype == dtype:
         compute = torch.float32 if dtype in _float32_mode_dtypes() else dtype
     else:
