@@ -1366,6 +1366,18 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         assert shapes == [(1, 3, 96, 100)] * 7
 
 
+def _augmented_in_mode(make, x, mode, stream, params):
+    """The augmentation's output and transform matrix under seed 5 in ``cpu_half`` mode ``mode``,
+    checked to leave the random stream and ``_params`` as the float32 call does."""
+    with testing.isolated(only=ONLY + ["augmentation_pipeline"], cpu_half=mode):
+        augment = make()
+        torch.manual_seed(5)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert all(torch.equal(augment._params[k], params[k]) for k in params)
+        return got, getattr(augment, "transform_matrix", None)
+
+
 @pytest.mark.parametrize("border", ["constant", "reflect"])
 @pytest.mark.parametrize("path", ["whole", "bands"])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
@@ -1410,12 +1422,7 @@ def test_motion_blur_convolves_in_half_where_the_dtype_is_native(dtype, path, bo
                                                            params["direction_factor"], border)
     for mode in MODES:
         seen.clear()
-        with testing.isolated(only=ONLY + ["augmentation_pipeline"], cpu_half=mode):
-            augment = make()
-            torch.manual_seed(5)
-            got = augment(x)
-            assert torch.equal(torch.random.get_rng_state(), stream)
-            assert all(torch.equal(augment._params[k], params[k]) for k in params)
+        got, _ = _augmented_in_mode(make, x, mode, stream, params)
         assert got.dtype == dtype
         if mode == "float32":
             assert bitwise_equal(got, float32_call.to(dtype))
@@ -1473,13 +1480,7 @@ def test_resized_crop_resizes_in_half_where_the_dtype_is_native(dtype, monkeypat
         expected = torch.cat([F.interpolate(crop.float(), size=(48, 50), mode="bilinear", align_corners=True)
                               for crop in crops]).to(dtype)
     for mode in MODES:
-        with testing.isolated(only=ONLY + ["augmentation_pipeline"], cpu_half=mode):
-            augment = make()
-            torch.manual_seed(5)
-            got = augment(x)
-            assert torch.equal(torch.random.get_rng_state(), stream)
-            assert all(torch.equal(augment._params[k], params[k]) for k in params)
-            got_matrices = augment.transform_matrix
+        got, got_matrices = _augmented_in_mode(make, x, mode, stream, params)
         assert got.dtype == dtype and got_matrices.dtype == dtype
         if mode == "float32":
             assert not forwards
