@@ -249,8 +249,9 @@ class _HalfArithmetic(threading.local):
     does that call's heavy arithmetic in the half dtype (``augmentation_pipeline.COMPUTED_IN_HALF``:
     ``RandomMotionBlur``'s depthwise convolution with a float32-built kernel, ``RandomResizedCrop``'s
     bilinear resize; measured against 0.9.0). Where the dtype has half arithmetic
-    (``native_half_arithmetic``), that step takes it (``fixes/filters_conv_hang.py``'s convolutions,
-    ``fixes/_at_scale.py``'s resize): 0.9.0's computation, so its error, at its speed. None elsewhere."""
+    (``native_half_arithmetic``), that step takes it (``fixes/filters_conv_hang.py``'s convolutions;
+    the crop's forward on the half batch, ``fixes/augmentation_pipeline.py``): 0.9.0's computation,
+    so its error, at its speed. None elsewhere."""
 
     dtype: Optional[torch.dtype] = None
 
