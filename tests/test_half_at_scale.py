@@ -1604,8 +1604,9 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
         assert shapes[: -(-7 // per_call)] == [(per_call, 3, 96, 100)] * (7 // per_call) + [(1, 3, 96, 100)] * (7 % per_call)
 
 
-def _spy_mix_forwards(monkeypatch):
-    """The shapes of the images each release forward of a mix augmentation's entry receives."""
+def _spy_mix_forwards(monkeypatch, dtypes=False):
+    """The shapes of the images each release forward of a mix augmentation's entry receives (with
+    their dtypes: ``dtypes``)."""
     from kornia_halfpatch.fixes import augmentation_pipeline
 
     shapes = []
@@ -1613,7 +1614,7 @@ def _spy_mix_forwards(monkeypatch):
 
     def spy(original, *rest):
         def counted(module, *images, **kwargs):
-            shapes.append(tuple(images[0].shape))
+            shapes.append((tuple(images[0].shape), images[0].dtype) if dtypes else tuple(images[0].shape))
             return original(module, *images, **kwargs)
 
         counted.__qualname__ = original.__qualname__
@@ -1709,6 +1710,79 @@ def test_a_large_half_cutmix_moves_the_half_values_as_the_release_float32_call(d
         torch.manual_seed(5)
         _, expected_labels = reference(x.float(), labels, data_keys=["input", "class"])
     assert mixed_labels.dtype == torch.float32 and torch.equal(mixed_labels, expected_labels)
+
+
+def _mixed_as_the_release(make, x, seed=5):
+    """``make()``'s call on ``x``, patched, against the release's float32 call narrowed: bitwise,
+    NaNs moved as NaNs; the random stream and ``_params`` the float32 call's. The patched output."""
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(seed)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+    with testing.isolated(only=["augmentation_pipeline"]):
+        augment = make()
+        torch.manual_seed(seed)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert set(augment._params) == set(reference._params)
+        assert all(torch.equal(augment._params[k], reference._params[k]) for k in reference._params)
+    nan = torch.isnan(got)
+    assert got.dtype == x.dtype and got.shape == expected.shape and torch.equal(nan, torch.isnan(expected))
+    assert bitwise_equal(torch.where(nan, 0.0, got), torch.where(nan, 0.0, expected).to(x.dtype))
+    return got
+
+
+@pytest.mark.parametrize("grid", [(4, 4), (5, 2)])
+@pytest.mark.parametrize("p", [1.0, 0.5])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_jigsaw_copies_each_piece_where_the_release_puts_it(dtype, p, grid, monkeypatch):
+    """RandomJigsaw only moves the pieces of its grid: the release's forward is called once, on an
+    image of one pixel a piece holding its number (float32, the drawn parameters), and each half
+    piece is copied where that call put its number. The output is the release's float32 call
+    narrowed, bit for bit (a NaN moved with its half bits); images not applied stay in place; the
+    random stream and ``_params`` are the float32 call's. A grid that does not divide the image
+    raises the release's own error."""
+    _small_images_by_image(monkeypatch, "bands")
+    shapes = _spy_mix_forwards(monkeypatch, dtypes=True)
+    x = image(7, 3, 100, seed=6).to(dtype)
+    x[0, 0, 0, 0] = float("nan")
+    got = _mixed_as_the_release(lambda: kornia.augmentation.RandomJigsaw(grid, p=p), x)
+    assert shapes == [((7, 1) + grid, torch.float32)]  # the pieces' numbers, once; no image-sized call
+    moved = [not bitwise_equal(got[i], x[i]) for i in range(7)]
+    assert any(moved) and (p == 1.0 or not all(moved))
+    shapes.clear()
+    with testing.isolated(only=()):
+        with pytest.raises(RuntimeError) as unpatched:
+            kornia.augmentation.RandomJigsaw((3, 3), p=1.0)(x.float())
+    with testing.isolated(only=["augmentation_pipeline"]):
+        with pytest.raises(RuntimeError) as patched:
+            kornia.augmentation.RandomJigsaw((3, 3), p=1.0)(x)
+    assert str(patched.value) == str(unpatched.value)
+
+
+@pytest.mark.parametrize("size", [(64, 80), (150, 150)])
+@pytest.mark.parametrize("p", [1.0, 0.5])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_mosaic_moves_the_half_values_as_the_release_float32_call(dtype, p, size, monkeypatch):
+    """RandomMosaic (``cropping_mode="slice"``) concatenates drawn images and slices each drawn box
+    out, cut or padded with zeros to the output size: the release's forward on the half batch
+    itself, once (bfloat16 as the same bits viewed as float16), is the float32 call narrowed, bit
+    for bit. Where the release's crop resizes (one image: every box the same, 100x100 against the
+    output size) or resamples (``cropping_mode="resample"``), the whole float32 call runs, with the
+    same draws (an image not applied is only cut or padded: the half path)."""
+    _small_images_by_image(monkeypatch, "bands")
+    shapes = _spy_mix_forwards(monkeypatch, dtypes=True)
+    carrier = torch.float16
+    x = image(7, 3, 100, seed=6).to(dtype)
+    x[0, 0, 0, 0] = float("nan")
+    got = _mixed_as_the_release(lambda: kornia.augmentation.RandomMosaic(size, p=p), x)
+    assert got.shape == (7, 3) + size
+    assert shapes == [((7, 3, 100, 100), carrier)]
+    for batch, mode in ((1, "slice"), (3, "resample")):
+        shapes.clear()
+        _mixed_as_the_release(lambda: kornia.augmentation.RandomMosaic(size, cropping_mode=mode, p=1.0), x[:batch])
+        assert shapes == [((batch, 3, 100, 100), torch.float32)]
 
 
 def test_an_augmentation_not_drawn_image_by_image_is_the_whole_release_call(monkeypatch):
