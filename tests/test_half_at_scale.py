@@ -1750,7 +1750,8 @@ def test_a_large_half_jigsaw_copies_each_piece_where_the_release_puts_it(dtype, 
     image of one pixel a piece holding its number (float32, the drawn parameters), and each half
     piece is copied where that call put its number. The output is the release's float32 call
     narrowed, bit for bit (a NaN moved with its half bits); images not applied stay in place; the
-    random stream and ``_params`` are the float32 call's. A grid that does not divide the image
+    random stream and ``_params`` are the float32 call's. Past ``PIECE_COPIES`` copies, the
+    release's forward on the half batch, the same output. A grid that does not divide the image
     raises the release's own error."""
     _small_images_by_image(monkeypatch, "bands")
     shapes = _spy_mix_forwards(monkeypatch, dtypes=True)
@@ -1763,6 +1764,16 @@ def test_a_large_half_jigsaw_copies_each_piece_where_the_release_puts_it(dtype, 
         assert any(moved) and (p == 1.0 or not all(moved))
     else:
         assert grid[0] != grid[1]  # the release's own error (0.7.0: unequal sides)
+        return
+    # more piece copies than PIECE_COPIES: the release's forward on the half batch (bfloat16 as
+    # float16 bits), the same output
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    monkeypatch.setattr(augmentation_pipeline, "PIECE_COPIES", 7 * grid[0] * grid[1] - 1)
+    shapes.clear()
+    again = _mixed_as_the_release(lambda: kornia.augmentation.RandomJigsaw(grid, p=p), x)
+    assert bitwise_equal(torch.where(torch.isnan(got), 0.0, again), torch.where(torch.isnan(got), 0.0, got))
+    assert shapes == [((7, 3, 100, 100), torch.float16)]
     shapes.clear()
     with testing.isolated(only=()):
         with pytest.raises(RuntimeError) as unpatched:

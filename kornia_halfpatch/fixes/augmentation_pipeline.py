@@ -855,6 +855,9 @@ MIXES_MOVING_VALUES = frozenset({"RandomCutMixV2", "RandomJigsaw", "RandomMosaic
 # copies the batch five times (a clone, the pieces, their permutation, the reassembly and the
 # applied images put back): 1.2-1.5x 0.9.0's time and 1.3-1.6x its memory.
 MIXES_BY_PIECES = frozenset({"RandomJigsaw"})
+# At most this many piece copies a call (each a few microseconds of Python: pieces of at least
+# 2^16 / pieces pixels keep that below the release's own copies); more: the release's half call.
+PIECE_COPIES = 4096
 
 
 def _pieces_moved(original: Any, module: torch.nn.Module, image: torch.Tensor,
@@ -871,6 +874,8 @@ def _pieces_moved(original: Any, module: torch.nn.Module, image: torch.Tensor,
     if height % rows or width % columns:
         return None  # the release drops or refuses the rest: its own call
     pieces = rows * columns
+    if batch * pieces > PIECE_COPIES:
+        return None
     numbers = torch.arange(pieces, dtype=torch.float32, device=image.device).view(1, 1, rows, columns)
     try:
         placed = original(module, numbers.expand(batch, 1, rows, columns).contiguous(), params=params)
