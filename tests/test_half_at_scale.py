@@ -1784,24 +1784,31 @@ def test_a_large_half_jigsaw_copies_each_piece_where_the_release_puts_it(dtype, 
     assert str(patched.value) == str(unpatched.value)
 
 
-@pytest.mark.parametrize("size", [(64, 80), (150, 150)])
+@pytest.mark.parametrize("size, grid", [((64, 80), (2, 2)), ((150, 150), (2, 2)), ((150, 260), (3, 2))])
 @pytest.mark.parametrize("p", [1.0, 0.5])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_a_large_half_mosaic_moves_the_half_values_as_the_release_float32_call(dtype, p, size, monkeypatch):
+def test_a_large_half_mosaic_copies_the_covered_parts_of_the_half_images(dtype, p, size, grid, monkeypatch):
     """RandomMosaic (``cropping_mode="slice"``) concatenates drawn images and slices each drawn box
-    out, cut or padded with zeros to the output size: the release's forward on the half batch
-    itself, once (bfloat16 as the same bits viewed as float16), is the float32 call narrowed, bit
-    for bit. Where the release's crop resizes (one image: every box the same, 100x100 against the
-    output size) or resamples (``cropping_mode="resample"``), the whole float32 call runs, with the
-    same draws (an image not applied is only cut or padded: the half path)."""
+    out, cut or padded with zeros to the output size. Each part of each half image an output box
+    covers is copied once, where the release's ``_compose_images`` of the images' numbers and its
+    ``_crop_images`` of the mosaic's row and column numbers put it: no image-sized forward. The
+    output is the release's float32 call narrowed, bit for bit (a NaN moved with its half bits),
+    boxes across the images' borders and past the mosaic's, wider grids, images not applied.
+    Where that layout is not taken (``keepdim``), the release's forward on the half batch itself
+    (bfloat16 as the same bits viewed as float16): the same output. Where the release's crop
+    resizes (one image: every box the same, 100x100 against the output size) or resamples
+    (``cropping_mode="resample"``), the whole float32 call runs, with the same draws."""
     _small_images_by_image(monkeypatch, "bands")
     shapes = _spy_mix_forwards(monkeypatch, dtypes=True)
-    carrier = torch.float16
     x = image(7, 3, 100, seed=6).to(dtype)
     x[0, 0, 0, 0] = float("nan")
-    got = _mixed_as_the_release(lambda: kornia.augmentation.RandomMosaic(size, p=p), x)
-    assert got.shape == (7, 3) + size
-    assert shapes == [((7, 3, 100, 100), carrier)]
+    got = _mixed_as_the_release(lambda: kornia.augmentation.RandomMosaic(size, mosaic_grid=grid, p=p), x)
+    assert got.shape == (7, 3) + size and shapes == []
+    as_given = _mixed_as_the_release(
+        lambda: kornia.augmentation.RandomMosaic(size, mosaic_grid=grid, p=p, keepdim=True), x)
+    assert shapes == [((7, 3, 100, 100), torch.float16)]
+    nan = torch.isnan(got)
+    assert bitwise_equal(torch.where(nan, 0.0, as_given), torch.where(nan, 0.0, got))
     for batch, mode in ((1, "slice"), (3, "resample")):
         shapes.clear()
         _mixed_as_the_release(lambda: kornia.augmentation.RandomMosaic(size, cropping_mode=mode, p=1.0), x[:batch])

@@ -899,6 +899,90 @@ def _pieces_moved(original: Any, module: torch.nn.Module, image: torch.Tensor,
     return out
 
 
+def _consecutive_run(values: List[int]) -> Optional[Tuple[int, int]]:
+    """(first, length) of ``values`` that are first, first + 1, ... and then only zeros (padding);
+    None otherwise."""
+    length = next((index for index, value in enumerate(values) if value == 0), len(values))
+    if any(values[length:]) or any(values[index] != values[0] + index for index in range(length)):
+        return None
+    return (values[0] if length else 0), length
+
+
+def _mosaic_by_tiles(module: torch.nn.Module, image: torch.Tensor, params: Dict[str, Any]) -> Optional[torch.Tensor]:
+    """``RandomMosaic``'s output, each part of each image that an output box covers copied once;
+    None where the release's layout is not found so (the release's forward then runs).
+
+    Where each image sits in each mosaic is the release's ``_compose_images`` of one pixel an
+    image (its number); which mosaic row and column each output pixel takes is the release's
+    ``_crop_images`` of the mosaic's row and column numbers (from 1; 0 is padding), as expanded
+    tensors of the mosaic's size (no memory but the output's). Each output must be a run of
+    consecutive rows by a run of consecutive columns, then zeros; the images not applied are the
+    release's ``apply_non_transform`` of theirs."""
+    flags = getattr(module, "flags", None)
+    compose, crop = getattr(module, "_compose_images", None), getattr(module, "_crop_images", None)
+    keep = getattr(module, "apply_non_transform", None)
+    to_apply = params.get("batch_prob")
+    size = flags.get("output_size") if isinstance(flags, dict) else None
+    if (not callable(compose) or not callable(crop) or not callable(keep) or not isinstance(size, (tuple, list))
+            or not isinstance(to_apply, torch.Tensor) or to_apply.shape != image.shape[:1] or getattr(module, "keepdim", False)):
+        return None
+    applied = (to_apply > 0.5).tolist()  # as the release reads it
+    batch, channels, height, width = image.shape
+    out_height, out_width = (int(side) for side in size)
+    try:
+        numbers = torch.arange(batch, dtype=torch.float32, device=image.device).view(batch, 1, 1, 1)
+        tiles = compose(numbers, params, flags)
+        count = sum(applied)
+        if not isinstance(tiles, torch.Tensor) or tiles.dim() != 4 or tiles.shape[:2] != (count, 1):
+            return None
+        mosaic_height, mosaic_width = tiles.shape[-2] * height, tiles.shape[-1] * width
+        expanded = (count, 1, mosaic_height, mosaic_width)
+        mosaic_rows = torch.arange(1, mosaic_height + 1, dtype=torch.float32, device=image.device)
+        mosaic_columns = torch.arange(1, mosaic_width + 1, dtype=torch.float32, device=image.device)
+        rows = crop(mosaic_rows.view(1, 1, -1, 1).expand(expanded), params, flags, None)
+        columns = crop(mosaic_columns.view(1, 1, 1, -1).expand(expanded), params, flags, None)
+        kept = keep(image[[not flag for flag in applied]], params, flags) if count < batch else None
+    except (TypeError, RuntimeError, NotImplementedError, ValueError, IndexError, KeyError):
+        return None
+    shape = (count, 1, out_height, out_width)
+    if (not isinstance(rows, torch.Tensor) or not isinstance(columns, torch.Tensor)
+            or tuple(rows.shape) != shape or tuple(columns.shape) != shape
+            or (kept is not None and (not isinstance(kept, torch.Tensor) or kept.dtype != image.dtype
+                                      or tuple(kept.shape) != (batch - count, channels, out_height, out_width)))):
+        return None
+    row_of, column_of = rows.amax(dim=-1, keepdim=True), columns.amax(dim=-2, keepdim=True)
+    inside = (row_of > 0) & (column_of > 0)
+    if not (torch.equal(rows, torch.where(inside, row_of, 0.0).expand(shape))
+            and torch.equal(columns, torch.where(inside, column_of, 0.0).expand(shape))):
+        return None  # not one box of the mosaic a output, or resampled
+    out = torch.zeros((batch, channels, out_height, out_width), dtype=image.dtype, device=image.device)
+    sources = tiles.long().tolist()
+    mosaic, other = 0, 0
+    for position, flag in enumerate(applied):
+        if not flag:
+            out[position] = kept[other]
+            other += 1
+            continue
+        row_run = _consecutive_run([int(value) for value in row_of[mosaic, 0, :, 0].tolist()])
+        column_run = _consecutive_run([int(value) for value in column_of[mosaic, 0, 0, :].tolist()])
+        if row_run is None or column_run is None:
+            return None
+        (first_row, row_count), (first_column, column_count) = row_run, column_run
+        first_row, first_column = first_row - 1, first_column - 1  # numbered from 1
+        for tile_row in range(first_row // height, (first_row + row_count - 1) // height + 1 if row_count else 0):
+            low, high = max(first_row, tile_row * height), min(first_row + row_count, (tile_row + 1) * height)
+            for tile_column in range(first_column // width,
+                                     (first_column + column_count - 1) // width + 1 if column_count else 0):
+                left = max(first_column, tile_column * width)
+                right = min(first_column + column_count, (tile_column + 1) * width)
+                source = sources[mosaic][0][tile_row][tile_column]
+                out[position, :, low - first_row:high - first_row, left - first_column:right - first_column] = \
+                    image[source, :, low - tile_row * height:high - tile_row * height,
+                          left - tile_column * width:right - tile_column * width]
+        mosaic += 1
+    return out
+
+
 def _mosaic_crop_resizes(module: torch.nn.Module, params: Dict[str, Any], height: int, width: int) -> bool:
     """Whether the release's crop of ``RandomMosaic``'s mosaic computes values: a resampled crop
     (``cropping_mode="resample"``), or boxes that ``crop_by_indices`` resizes (0.7.0-0.8.3: when
@@ -958,6 +1042,11 @@ def _mix_in_row_bands(original: Any, module: torch.nn.Module, args: tuple, kwarg
     moving = kind.__name__ in MIXES_MOVING_VALUES
     if moving and kind.__name__ == "RandomMosaic" and _mosaic_crop_resizes(module, params, height, width):
         moving = False
+    if moving and kind.__name__ == "RandomMosaic":
+        moved = _mosaic_by_tiles(module, image, params)
+        if moved is not None:
+            module._params = params  # as the release's call with them leaves it
+            return moved
     if moving and kind.__name__ in MIXES_BY_PIECES:
         moved = _pieces_moved(original, module, image, params)
         if moved is not None:
