@@ -926,8 +926,8 @@ def _mosaic_by_tiles(module: torch.nn.Module, image: torch.Tensor, params: Dict[
     keep = getattr(module, "apply_non_transform", None)
     to_apply = params.get("batch_prob")
     size = flags.get("output_size") if isinstance(flags, dict) else None
-    if (not callable(compose) or not callable(crop) or not callable(keep) or not isinstance(size, (tuple, list))
-            or not isinstance(to_apply, torch.Tensor) or to_apply.shape != image.shape[:1] or getattr(module, "keepdim", False)):
+    if (not callable(compose) or not callable(crop) or not callable(keep)
+            or not isinstance(size, (tuple, list)) or len(size) != 2 or not isinstance(to_apply, torch.Tensor) or to_apply.shape != image.shape[:1] or getattr(module, "keepdim", False)):
         return None
     applied = (to_apply > 0.5).tolist()  # as the release reads it
     batch, channels, height, width = image.shape
@@ -957,7 +957,7 @@ def _mosaic_by_tiles(module: torch.nn.Module, image: torch.Tensor, params: Dict[
     inside = (row_of > 0) & (column_of > 0)
     if not (torch.equal(rows, torch.where(inside, row_of, 0.0).expand(shape))
             and torch.equal(columns, torch.where(inside, column_of, 0.0).expand(shape))):
-        return None  # not one box of the mosaic a output, or resampled
+        return None  # not one box of the mosaic an output, or resampled
     out = torch.zeros((batch, channels, out_height, out_width), dtype=image.dtype, device=image.device)
     sources = tiles.long().tolist()
     mosaic, other = 0, 0
