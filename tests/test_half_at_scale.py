@@ -1345,6 +1345,8 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         shapes = shapes[1:]
     if moved and not refused:
         assert shapes == [(7, 3, 96, 100)]  # the release's own forward on the half batch, whole
+    elif name in augmentation_pipeline.CHANNELS_SCALED:
+        assert shapes == [(7, 3, 1, 3)]  # one probe of a pixel a value: the half planes scaled by its weights
     elif split == "batch":
         assert shapes == [(7, 3, 96, 100)]  # parameters that index the batch: the whole float32 call
     elif path == "chunks":
@@ -2382,3 +2384,58 @@ def test_median_blur_in_full_precision_is_bitwise_the_release():
             got = kornia.filters.median_blur(x.to(dtype), (5, 3))
         assert bitwise_equal(got, expected)
 
+
+
+@pytest.mark.parametrize("mode", ["native", "float32"])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_planckian_jitter_is_each_half_plane_times_its_weight(dtype, mode, monkeypatch):
+    """RandomPlanckianJitter multiplies each plane by a float32 weight drawn per image and clamps at
+    1: the release's forward is called once, on a float32 image of a pixel per probe value (the
+    drawn parameters), and each half plane is multiplied by the weight it gives (a half tensor
+    times a Python float is float32's product narrowed). The output is the release's float32 call
+    narrowed, bit for bit, in both ``cpu_half`` modes, with values above 1 (clamped in applied
+    images, kept in the others), negative, infinite and NaN; the random stream and ``_params``
+    are the float32 call's. Where the kernel rule does not hold, the float32 bands, the same output."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    _small_images_by_image(monkeypatch, "bands")
+    shapes = _spy_forwards(monkeypatch)
+    x = image(7, 3, 100, seed=3).to(dtype)
+    x[:, :, 0, :6] = torch.tensor([1.5, -0.75, float("inf"), float("-inf"), float("nan"), 3.0e4], dtype=dtype)
+    with testing.isolated(only=()):
+        reference = kornia.augmentation.RandomPlanckianJitter(p=0.6)
+        torch.manual_seed(11)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+    applied = reference._params["batch_prob"] > 0.5
+    assert 0 < int(applied.sum()) < 7
+    assert bool((expected[applied] == 1.0).any()) and bool((expected[~applied][:, :, 0, 0] == 1.5).all())
+    for kernel_rule in (True, False):
+        monkeypatch.setattr(augmentation_pipeline, "_SCALAR_PRODUCTS", {(dtype, "cpu"): kernel_rule})
+        shapes.clear()
+        with testing.isolated(only=["augmentation_pipeline"], cpu_half=mode):
+            augment = kornia.augmentation.RandomPlanckianJitter(p=0.6)
+            torch.manual_seed(11)
+            got = augment(x)
+            assert torch.equal(torch.random.get_rng_state(), stream)
+            assert all(torch.equal(augment._params[k], v) for k, v in reference._params.items())
+            assert set(augment._params) == set(reference._params)
+        assert bitwise_equal(got, expected.to(dtype))
+        if kernel_rule:
+            assert shapes == [(7, 3, 1, 3)]  # the probe, once: no image-sized float32 call
+        else:
+            # the float32 bands: four images' 16 rows a call, then three
+            assert shapes == [(n, 3, min(start + 16, 100) - start, 100) for n in (4, 3) for start in range(0, 100, 16)]
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_the_scalar_product_kernel_rule_is_asked_of_torch(dtype):
+    """The rule ``_channels_scaled`` rests on, asked of this torch for every finite half value: a
+    half tensor times a float that float32 holds is the float32 product narrowed."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    assert augmentation_pipeline._scalar_products_narrow_float32s(dtype, torch.device("cpu"))
+    values = torch.linspace(-4, 4, 4097).to(dtype)
+    weight = float(torch.tensor(0.7312345))
+    assert bitwise_equal(values * weight, (values.float() * weight).to(dtype))
+    assert not bitwise_equal(values * weight, values * torch.tensor(weight, dtype=dtype))  # not the narrowed weight
