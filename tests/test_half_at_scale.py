@@ -8,6 +8,7 @@ shim's float32 evaluation of a half call. Both cpu_half modes are forced, so eve
 both paths. Oracles are computed in the same run (convolutions round per instruction set)."""
 
 import inspect
+import sys
 
 import pytest
 import torch
@@ -1229,6 +1230,7 @@ def _augmentations():
         "RandomClahe": lambda: augmentation.RandomClahe(p=0.6),
         "RandomRain": lambda: augmentation.RandomRain(p=0.6),
         "RandomPlanckianJitter": lambda: augmentation.RandomPlanckianJitter(p=0.6),
+        "RandomJPEG": lambda: augmentation.RandomJPEG(p=0.6),
         "RandomSnow": lambda: augmentation.RandomSnow(p=0.6),
         "CenterCrop": lambda: augmentation.CenterCrop((64, 80), p=1.0),
         "CenterCrop resample": lambda: augmentation.CenterCrop((64, 80), p=1.0, cropping_mode="resample"),
@@ -1339,6 +1341,10 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
             assert boxes
     else:
         assert not boxes
+    checked = augmentation_pipeline.CHUNKS_CHECKED.get(name.split()[0])
+    if checked is not None and not checked(augment, x, 1 if path == "bands" else 2):
+        assert shapes == []  # a chunk would not compute what the batch does here: the whole widened call
+        return
     if moved and refused:
         # the release refused the half image (bfloat16 on 0.7.0-0.8.2) before it drew or moved anything
         assert shapes[0] == (7, 3, 96, 100)
@@ -2439,3 +2445,57 @@ def test_the_scalar_product_kernel_rule_is_asked_of_torch(dtype):
     weight = float(torch.tensor(0.7312345))
     assert bitwise_equal(values * weight, (values.float() * weight).to(dtype))
     assert not bitwise_equal(values * weight, values * torch.tensor(weight, dtype=dtype))  # not the narrowed weight
+
+
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_large_half_jpeg_by_chunks_where_a_chunk_computes_what_the_batch_does(dtype, count, monkeypatch):
+    """RandomJPEG's float32 codec goes by chunks of images where, for these shapes, its chroma's
+    resizes and its DCT's tensordot compute a chunk as the batch does (asked of this machine's
+    kernels on random values): the output is the release's float32 call narrowed, bit for bit,
+    ``_params`` and the random stream the float32 call's. A resize that a chunk computes otherwise
+    (a batch-dependent stand-in) sends the call whole, the same output."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    if not hasattr(kornia.augmentation, "RandomJPEG"):
+        pytest.skip(f"kornia {kornia.__version__} has no RandomJPEG")
+    pixels = 256 * 256
+    monkeypatch.setattr(augmentation_pipeline, "CHUNKED_IMAGE_PIXELS", pixels)
+    monkeypatch.setattr(augmentation_pipeline, "CHUNK_PIXELS", count * pixels)
+    monkeypatch.setattr(augmentation_pipeline, "_CHUNKS_ARE_THE_BATCH", {})
+    shapes = _spy_forwards(monkeypatch)
+    x = image(5, 3, 256, seed=4).to(dtype)
+    with testing.isolated(only=()):
+        reference = kornia.augmentation.RandomJPEG(p=0.6)
+        torch.manual_seed(2)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+    applied = reference._params["batch_prob"] > 0.5
+    assert 0 < int(applied.sum()) < 5
+
+    def augmented() -> torch.Tensor:
+        with testing.isolated(only=["augmentation_pipeline"]):
+            augment = kornia.augmentation.RandomJPEG(p=0.6)
+            torch.manual_seed(2)
+            got = augment(x)
+            assert torch.equal(torch.random.get_rng_state(), stream)
+            assert all(torch.equal(augment._params[k], v) for k, v in reference._params.items())
+            return got, augment
+
+    got, augment = augmented()
+    assert bitwise_equal(got, expected.to(dtype))
+    if augmentation_pipeline._jpeg_chunks_are_the_batch(augment, x, count):
+        assert shapes == [(min(count, 5 - start), 3, 256, 256) for start in range(0, 5, count)]
+    else:
+        assert shapes == []
+    # a stand-in resize whose result depends on how many images it is given
+    codec_module = sys.modules[kornia.enhance.jpeg_codec_differentiable.__module__]
+    real = codec_module.rescale
+    monkeypatch.setattr(codec_module, "rescale", lambda values, *a, **k: real(values, *a, **k) + values.shape[0] * 1e-3)
+    monkeypatch.setattr(augmentation_pipeline, "_CHUNKS_ARE_THE_BATCH", {})
+    assert not augmentation_pipeline._jpeg_chunks_are_the_batch(augment, x, count)
+    monkeypatch.setattr(codec_module, "rescale", real)  # the probe's answer is kept: no for these shapes
+    shapes.clear()
+    again, _ = augmented()
+    assert bitwise_equal(again, expected.to(dtype))
+    assert shapes == []

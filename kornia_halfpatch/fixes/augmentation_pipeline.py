@@ -334,6 +334,7 @@ AUGMENTATIONS_BY_IMAGE = {
     "RandomClahe": ByImage(("clip_limit_factor",)),
     "RandomRain": ByImage(("number_of_drops_factor", "coordinates_factor", "drop_height_factor", "drop_width_factor")),
     "RandomPlanckianJitter": ByImage(("idx",), split="rows"),
+    "RandomJPEG": ByImage(("jpeg_quality",)),
     "RandomSnow": ByImage(("snow_coefficient", "brightness"), split="rows"),
     "CenterCrop": ByImage((), every=("src", "dst", "input_size", "output_size"), sampled=True, exact="slice"),
     "Resize": ByImage((), every=("src", "dst", "input_size", "output_size")),
@@ -747,6 +748,60 @@ def _channels_scaled(original: Any, module: torch.nn.Module, image: torch.Tensor
     return out
 
 
+# Augmentations whose release computes an image alike alone or in a batch only where its kernels do:
+# a check, per shape, that a chunk of the batch computes what the whole batch does (else the whole
+# widened call). RandomJPEG's codec (0.8.x) subsamples its chroma by an antialiased resize, whose
+# blur is a convolution: on 96x100 images one image at a time differed from the batch in 5-40 thousand
+# float32 values by up to 3e-7 (measured; its DCT's tensordot was row by row the batch's), from
+# 256x256 on bit for bit the batch's.
+def _jpeg_chunks_are_the_batch(module: torch.nn.Module, image: torch.Tensor, count: int) -> bool:
+    """Whether RandomJPEG's float32 codec of ``count`` images at a time computes, shape for shape,
+    what the batch's does: its chroma's antialiased half-size resize and double-size resize (the
+    jpeg module's ``rescale``, as the codec calls it, on a strided channel of a 3-channel image)
+    and its DCT's ``tensordot`` of 8x8 blocks, on random values (the kernels chosen depend on
+    shapes, not values), asked once per shape, thread count and ``cpu_half`` mode."""
+    codec = getattr(sys.modules.get(type(module).__module__), "jpeg_codec_differentiable", None)
+    rescale = getattr(sys.modules.get(getattr(codec, "__module__", "")), "rescale", None)
+    if not callable(rescale):
+        return False
+    batch, _, height, width = image.shape
+    padded = (-(-height // 16) * 16, -(-width // 16) * 16)  # the codec pads to blocks of 16
+    key = (batch, padded, count, image.device.type, torch.get_num_threads(), native_half_arithmetic())
+    if key not in _CHUNKS_ARE_THE_BATCH:
+        starts = range(0, batch, count)
+
+        def alike(compute: Callable[[torch.Tensor], torch.Tensor], values: torch.Tensor) -> bool:
+            whole = compute(values)
+            return torch.equal(whole, torch.cat([compute(values[s:s + count]) for s in starts]))
+
+        try:
+            generator = torch.Generator(device=image.device).manual_seed(0)
+            # only the chroma channel's pages are touched: a third of the image's float32 size
+            ycbcr = torch.empty((batch, 3) + padded, dtype=torch.float32, device=image.device)
+            ycbcr[:, 1].uniform_(0, 255, generator=generator)
+            halved = lambda values: rescale(values[:, 1][:, None], factor=0.5, interpolation="bilinear",
+                                            align_corners=False, antialias=True)
+            agrees = alike(halved, ycbcr)
+            del ycbcr
+            chroma = torch.rand((batch, 1, padded[0] // 2, padded[1] // 2), generator=generator, device=image.device)
+            agrees = agrees and alike(lambda values: rescale(values, factor=2.0, interpolation="bilinear",
+                                                             align_corners=False, antialias=False), chroma)
+            del chroma
+            basis = torch.rand((8, 8, 8, 8), generator=generator, device=image.device)
+            for blocks in (padded[0] * padded[1] // 64, padded[0] * padded[1] // 128):  # luma; both chromas
+                patches = torch.rand((batch, blocks, 8, 8), generator=generator, device=image.device)
+                agrees = agrees and alike(lambda values: torch.tensordot(values, basis), patches)
+                del patches
+            _CHUNKS_ARE_THE_BATCH[key] = bool(agrees)
+        except Exception:  # noqa: BLE001 - a probe that fails says no
+            _CHUNKS_ARE_THE_BATCH[key] = False
+    return _CHUNKS_ARE_THE_BATCH[key]
+
+
+_CHUNKS_ARE_THE_BATCH: Dict[tuple, bool] = {}
+CHUNKS_CHECKED = {"RandomJPEG": _jpeg_chunks_are_the_batch}
+
+
 def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
                        dtype: torch.dtype) -> Optional[torch.Tensor]:
     """A large half batch through an augmentation that treats each image alone
@@ -789,6 +844,9 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         return None  # traced, or a gradient: the whole release call's graph
     if _float32_state(module):
         return None  # half parameters: the whole call, reparametrised
+    checked = CHUNKS_CHECKED.get(type(module).__name__)
+    if checked is not None and not checked(module, image, 1 if banded_size else count):
+        return None
     if row.drawn and not image.is_contiguous():
         return None  # the widened image keeps its layout, and the noise drawn like it follows it
     params = module.forward_parameters(image.shape)
