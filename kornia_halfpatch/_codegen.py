@@ -636,6 +636,7 @@ def promote_wrapper(
     autocast: Optional[str] = AUTOCAST_FLOAT32,
     half_inputs: bool = True,
     evaluate: Optional[str] = None,
+    evaluate_float32: bool = False,
     label: str = "",
 ) -> Callable[..., Any]:
     """``original`` run in float32 where half arithmetic would reach it: when the ``trigger``
@@ -650,7 +651,11 @@ def promote_wrapper(
     off for that device type, so it is the float32 call outside autocast, and its outputs are
     kept as that call returns them (``"float32"``) or narrowed once to autocast's dtype
     (``"narrow"``: a torch op whose autocast output is half). Otherwise the original runs on the
-    arguments as given: float32/float64 stay bit for bit."""
+    arguments as given: float32/float64 stay bit for bit.
+
+    ``evaluate_float32``: the ``evaluate`` gives the release's float32 values bit for bit, so a
+    float32 trigger inside the shim's float32 evaluation of a half call (``FLOAT32_EVALUATION``:
+    an augmentation's widened band) takes it too; a user's float32 call never does."""
     function = python_function_of(original)
     for name in half:
         if name not in HALF_DTYPE_NAMES:
@@ -660,11 +665,13 @@ def promote_wrapper(
     if not half_inputs and autocast is None:
         raise ValueError("a row that takes neither half inputs nor autocast's half does nothing")
     arguments = [trigger, list(half), None if outputs is None else list(outputs), device, guard is not None,
-                 list(guard_arguments), autocast, half_inputs, evaluate]
+                 list(guard_arguments), autocast, half_inputs, evaluate, evaluate_float32]
+    if evaluate_float32 and evaluate is None:
+        raise ValueError("evaluate_float32 needs an evaluate")
     plan = _planned(
         "promote", function, arguments,
         lambda: _promote_plan(original, function, trigger, half, outputs, device, guard, guard_arguments, autocast,
-                              half_inputs, evaluate),
+                              half_inputs, evaluate, evaluate_float32),
     )
     return _realized(plan, original, function, guard, label)
 
@@ -681,6 +688,7 @@ def _promote_plan(
     autocast: Optional[str],
     half_inputs: bool,
     evaluate: Optional[str] = None,
+    evaluate_float32: bool = False,
 ) -> Plan:
     hints = _resolved_hints(function)
     parameters = parameters_of(function)
@@ -782,6 +790,18 @@ def _promote_plan(
             f"                return {result_source}\n"
             f"        _halfpatch_out = _halfpatch_original({widened_call})\n"
             f"        return {result_source}\n"
+        )
+    if evaluate_float32:
+        # A float32 band of the shim's own float32 evaluation of a half call: the same float32
+        # values, computed the cheaper way (never a user's float32 call: depth 0 there).
+        source += (
+            f"    if not torch.jit.is_scripting():\n"
+            f"        if _halfpatch_float32_evaluation.depth > 0 and isinstance({trigger}, torch.Tensor) "
+            f"and {trigger}.dtype == torch.float32{where} and not _halfpatch_is_compiling() "
+            f"and not torch.jit.is_tracing():\n"
+            f"            _halfpatch_out = _halfpatch_evaluate(_halfpatch_original, torch.float32, {plain_call})\n"
+            f"            if _halfpatch_out is not None:\n"
+            f"                return _halfpatch_out\n"
         )
     if autocast is not None:
         # Half reaching the computation through autocast: a float32 trigger, autocast on for its

@@ -150,7 +150,9 @@ class Promote:
     as ``f(original, dtype, *arguments)`` for half inputs in eager mode, outside autocast),
     returning the narrowed result, or None to leave the call to the widened original: tiles of a
     bounded float32 workspace narrowed straight into the output, the same float32 operations per
-    element, so the half result is the release's float32 result narrowed.
+    element, so the half result is the release's float32 result narrowed. ``evaluate_float32``:
+    that evaluation gives the release's float32 values bit for bit, so the float32 bands of the
+    shim's own float32 evaluation of a half call (an augmentation's) take it too.
     """
 
     candidates: Union[str, Tuple[str, ...]]
@@ -169,6 +171,7 @@ class Promote:
     autocast: Optional[str] = "float32"
     half_inputs: bool = True
     evaluate: Optional[str] = None
+    evaluate_float32: bool = False
 
     def promoted_dtypes(self) -> Tuple[str, ...]:
         """The dtypes of ``half`` this torch needs promoted (those without one of ``kernels``)."""
@@ -192,6 +195,7 @@ class Promote:
             autocast=self.autocast,
             half_inputs=self.half_inputs,
             evaluate=self.evaluate,
+            evaluate_float32=self.evaluate_float32,
         )
 
     def target(self) -> Target:

@@ -614,6 +614,39 @@ def test_rgb_to_hsv_evaluation_on_ties_and_nan_is_the_release_float32_narrowed(d
         assert bitwise_equal(_at_scale.rgb_to_hsv(None, dtype, x), expected)
 
 
+def test_a_float32_rgb_to_hsv_inside_a_float32_evaluation_is_the_release_bitwise(monkeypatch):
+    """``evaluate_float32``: inside the shim's float32 evaluation of a half call (an augmentation's
+    widened band), kornia's float32 ``rgb_to_hsv`` takes the tiled evaluation, whose float32 values
+    are the release's, bit for bit (ties, gray and black pixels, NaN, a non-contiguous input); a
+    user's float32 call outside one is the release's own."""
+    from kornia_halfpatch._precision import FLOAT32_EVALUATION
+    from kornia_halfpatch.fixes import _at_scale
+
+    g = torch.Generator().manual_seed(1)
+    quantised = torch.randint(0, 4, (2, 3, 40, 30), generator=g) / 4.0
+    with_nan = torch.rand(1, 3, 20, 20, generator=g)
+    with_nan[0, 1, 3, 3] = float("nan")
+    strided = torch.rand(2, 20, 3, 24, generator=g).transpose(1, 2)
+    evaluated = []
+
+    def spy(original, dtype, *arguments, **keywords):
+        evaluated.append(dtype)
+        return _at_scale.rgb_to_hsv(original, dtype, *arguments, **keywords)
+
+    for x in (quantised, with_nan, strided):
+        with testing.isolated(only=()):
+            expected = kornia.color.rgb_to_hsv(x)
+        with testing.isolated(only=ONLY):
+            monkeypatch.setitem(kornia.color.rgb_to_hsv.__globals__, "_halfpatch_evaluate", spy)
+            evaluated.clear()
+            outside = kornia.color.rgb_to_hsv(x)
+            assert evaluated == []
+            with FLOAT32_EVALUATION:
+                inside = kornia.color.rgb_to_hsv(x)
+            assert evaluated == [torch.float32]
+        assert bitwise_equal(outside, expected) and bitwise_equal(inside, expected)
+
+
 def test_the_rows_wrappers_hold_their_evaluation():
     from kornia_halfpatch.fixes import _at_scale
 

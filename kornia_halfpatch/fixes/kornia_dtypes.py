@@ -134,7 +134,8 @@ TWO_VIEW = "pixel coordinates times matrix entries, squared and divided"
 ROWS = (
     # color
     _row("kornia.color.hsv:rgb_to_hsv", ZERO_CHROMA + " (evaluated in tiles, the same float32 values: 4x3x1024x1024 "
-         "half in a fraction of the release's float32 memory)", evaluate=f"{__package__}._at_scale:rgb_to_hsv"),
+         "half in a fraction of the release's float32 memory)", evaluate=f"{__package__}._at_scale:rgb_to_hsv",
+         evaluate_float32=True),
     _row("kornia.color.hsv:hsv_to_rgb",
          "a NaN hue (from rgb_to_hsv in half) floors to an INT_MIN gather index: crash; the sector arithmetic "
          "(hue * 3/pi) in float32", evaluate=PER_PIXEL),
