@@ -2425,6 +2425,16 @@ def test_median_blur_in_full_precision_is_bitwise_the_release():
 
 
 
+def _release_float32_call(make, x, seed):
+    """(the augmentation, its output, the random stream after it): the unpatched release's float32
+    call on the widened ``x`` under ``seed``."""
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(seed)
+        expected = reference(x.float())
+        return reference, expected, torch.random.get_rng_state()
+
+
 @pytest.mark.parametrize("mode", ["native", "float32"])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_a_large_half_planckian_jitter_is_each_half_plane_times_its_weight(dtype, mode, monkeypatch):
@@ -2441,11 +2451,7 @@ def test_a_large_half_planckian_jitter_is_each_half_plane_times_its_weight(dtype
     shapes = _spy_forwards(monkeypatch)
     x = image(7, 3, 100, seed=3).to(dtype)
     x[:, :, 0, :6] = torch.tensor([1.5, -0.75, float("inf"), float("-inf"), float("nan"), 3.0e4], dtype=dtype)
-    with testing.isolated(only=()):
-        reference = kornia.augmentation.RandomPlanckianJitter(p=0.6)
-        torch.manual_seed(11)
-        expected = reference(x.float())
-        stream = torch.random.get_rng_state()
+    reference, expected, stream = _release_float32_call(lambda: kornia.augmentation.RandomPlanckianJitter(p=0.6), x, 11)
     applied = reference._params["batch_prob"] > 0.5
     assert 0 < int(applied.sum()) < 7
     assert bool((expected[applied] == 1.0).any()) and bool((expected[~applied][:, :, 0, 0] == 1.5).all())
@@ -2498,11 +2504,7 @@ def test_a_large_half_jpeg_by_chunks_where_a_chunk_computes_what_the_batch_does(
     monkeypatch.setattr(augmentation_pipeline, "_CHUNKS_ARE_THE_BATCH", {})
     shapes = _spy_forwards(monkeypatch)
     x = image(5, 3, 256, seed=4).to(dtype)
-    with testing.isolated(only=()):
-        reference = kornia.augmentation.RandomJPEG(p=0.6)
-        torch.manual_seed(2)
-        expected = reference(x.float())
-        stream = torch.random.get_rng_state()
+    reference, expected, stream = _release_float32_call(lambda: kornia.augmentation.RandomJPEG(p=0.6), x, 2)
     applied = reference._params["batch_prob"] > 0.5
     assert 0 < int(applied.sum()) < 5
 
