@@ -1711,9 +1711,10 @@ def test_a_large_half_mixup_in_bands_of_rows_is_the_release_float32_call_bitwise
 @pytest.mark.parametrize("p", [1.0, 0.5])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_a_large_half_cutmix_moves_the_half_values_as_the_release_float32_call(dtype, p, monkeypatch):
-    """RandomCutMixV2 only copies each drawn box's pixels from the paired image: a large half
-    batch is given to the release's forward as it is, with the parameters drawn for the float32
-    call (one forward, no float32 copy). The output is the release's float32 call narrowed, bit for
+    """RandomCutMixV2 only copies each drawn box's pixels from the paired image: the release's
+    forward of the images' numbers (one float16 channel), with the parameters drawn for the
+    float32 call, says which image each pixel comes from, and each half image is written from
+    those (no float32 copy; without it, the release's forward on the half batch itself). The output is the release's float32 call narrowed, bit for
     bit; ``_params`` (with its float32 ``"dtype"``) and the random stream are the float32 call's.
     Two cut boxes (``cut_size`` and ``num_mix``) overlap and reach the borders; a NaN is moved as
     a NaN (its half bits: not the float32 call's 0xFFFF for bfloat16). A bfloat16 image,
@@ -1741,7 +1742,18 @@ def test_a_large_half_cutmix_moves_the_half_values_as_the_release_float32_call(d
             assert not bitwise_equal(got, x)  # boxes were pasted
         assert set(augment._params) == set(reference._params)
         assert all(torch.equal(augment._params[k], reference._params[k]) for k in reference._params)
-        assert shapes == [(7, 3, 96, 100)]  # the half batch itself, once
+        # each image's number, one float16 channel: which image each pixel comes from (nothing
+        # mixed, no pairs drawn: the release's forward on the half batch, which returns it)
+        mixed = bool((reference._params["batch_prob"] > 0.5).any())
+        assert mixed or p < 1.0
+        assert shapes == ([(7, 1, 96, 100)] if mixed else [(7, 3, 96, 100)])
+        # without it: the release's forward on the half batch itself, the same output
+        from kornia_halfpatch.fixes import augmentation_pipeline
+
+        monkeypatch.setattr(augmentation_pipeline, "MIXES_BY_SOURCES", frozenset())
+        shapes.clear()
+        torch.manual_seed(5)
+        assert bitwise_equal(augment(x), got) and shapes == [(7, 3, 96, 100)]
         labels = torch.arange(7)
         shapes.clear()
         torch.manual_seed(5)

@@ -1037,6 +1037,47 @@ def _pieces_moved(original: Any, module: torch.nn.Module, image: torch.Tensor,
     return out
 
 
+# Of those, mixes whose every output pixel is the same pixel of one image of the batch, its own or
+# one it is paired with (CutMix: ``out[mask] = input[pairs][mask]`` per round, always from the
+# input): which image is the release's forward of a one-channel float16 image of the images'
+# numbers, given the same parameters (float16 holds them exactly; 0.7.0-0.8.2 refuse bfloat16);
+# each half image is then written by ``torch.where`` of those masks (``_pixels_from_sources``). The
+# release's half call makes int64 indices of every masked element (331 MiB for a 24 MiB batch at
+# 4x3x1024x1024); the probe's one channel a third of them.
+MIXES_BY_SOURCES = frozenset({"RandomCutMixV2"})
+
+
+def _pixels_from_sources(original: Any, module: torch.nn.Module, image: torch.Tensor,
+                         params: Dict[str, Any]) -> Optional[torch.Tensor]:
+    """``image`` through a mix of ``MIXES_BY_SOURCES``, each output pixel copied from the image the
+    release's forward takes it from; None where the forward of the images' numbers is not, at
+    every pixel, the image's own number or that of an image it is paired with (``mix_pairs``)."""
+    batch, channels, height, width = image.shape
+    pairs = params.get("mix_pairs")
+    if batch > 2048 or not isinstance(pairs, torch.Tensor) or pairs.dim() != 2 or pairs.shape[1] != batch:
+        return None
+    numbers = torch.arange(batch, dtype=torch.float16, device=image.device).view(batch, 1, 1, 1)
+    try:
+        placed = original(module, numbers.expand(batch, 1, height, width), params=params)
+    except (TypeError, RuntimeError, NotImplementedError, ValueError):
+        return None
+    if (not isinstance(placed, torch.Tensor) or placed.dtype != torch.float16
+            or tuple(placed.shape) != (batch, 1, height, width)):
+        return None
+    out = torch.empty_like(image, memory_format=torch.contiguous_format)
+    for index, paired in enumerate(pairs.t().tolist()):
+        sources = placed[index, 0]
+        others = sorted(set(int(source) for source in paired) - {index})
+        masks = [(source, sources == source) for source in others]
+        covered = int((sources == index).sum()) + sum(int(mask.sum()) for _, mask in masks)
+        if covered != height * width:
+            return None  # a pixel from elsewhere, or computed
+        out[index] = image[index]
+        for source, mask in masks:
+            torch.where(mask, image[source], out[index], out=out[index])
+    return out
+
+
 def _consecutive_run(values: List[int]) -> Optional[Tuple[int, int]]:
     """(first, length) of ``values`` that are first, first + 1, ... and then only zeros (padding);
     None otherwise."""
@@ -1182,6 +1223,11 @@ def _mix_in_row_bands(original: Any, module: torch.nn.Module, args: tuple, kwarg
         moving = False
     if moving and kind.__name__ == "RandomMosaic":
         moved = _mosaic_by_tiles(module, image, params)
+        if moved is not None:
+            module._params = params  # as the release's call with them leaves it
+            return moved
+    if moving and kind.__name__ in MIXES_BY_SOURCES:
+        moved = _pixels_from_sources(original, module, image, params)
         if moved is not None:
             module._params = params  # as the release's call with them leaves it
             return moved
