@@ -1337,7 +1337,15 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         reference = _augmentations()[name]()
         geometric = isinstance(reference, kornia.augmentation.GeometricAugmentationBase2D)
         torch.manual_seed(5)
-        expected = reference(x.float())
+        try:
+            expected = reference(x.float())
+        except Exception as refused:  # noqa: BLE001 - 0.7.2's RandomJPEG: sides not multiples of 16
+            with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+                torch.manual_seed(5)
+                with pytest.raises(type(refused)) as patched:
+                    _augmentations()[name]()(x)
+            assert str(patched.value) == str(refused)  # the release's own error, the whole batch's
+            return
         stream = torch.random.get_rng_state()
     if name.split()[0] in augmentation_pipeline.COMPUTED_IN_HALF:
         # a filter that 0.9.0 convolves in half does so in the native mode (tested below)

@@ -952,7 +952,13 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
                         result = original(module, widened, params=rows)
                     del widened
                 else:
-                    result = original(module, image[start:stop].float(), params=rows)
+                    # Where the release refuses a chunk (0.7.2's RandomJPEG refuses sides that are
+                    # not multiples of 16 in the images it applies to), the whole call raises the
+                    # release's own error, with the whole batch's shape in its message.
+                    try:
+                        result = original(module, image[start:stop].float(), params=rows)
+                    except Exception:  # noqa: BLE001 - the whole call raises it again, or answers
+                        return whole()
             if not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.shape[0] != stop - start:
                 return whole()  # not image by image after all
             if out is None:
