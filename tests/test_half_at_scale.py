@@ -1356,9 +1356,11 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
         got = augment(x)
         assert torch.equal(torch.random.get_rng_state(), stream)
         assert got.dtype == dtype
-        if name == "RandomResizedCrop" and _at_scale.modes_see_indexing():  # resized from the rows read
-            assert_resized_within_bound(got, expected.to(dtype))
-        else:
+        resized_in_float32_planes = name == "RandomResizedCrop" and (type(augment), dtype) not in \
+            augmentation_pipeline._REFUSED_HALF
+        if name == "RandomResizedCrop" and not resized_in_float32_planes and _at_scale.modes_see_indexing():
+            assert_resized_within_bound(got, expected.to(dtype))  # the float32 chunks: resized from the rows read
+        else:  # (the release's forward on the half batch, each crop's planes resized in float32: exact)
             assert bitwise_equal(got, expected.to(dtype)), name
         applied = augment._params["batch_prob"] > 0.5
         if "Crop" not in name and name not in ("Normalize", "Denormalize", "Resize", "PadTo"):
@@ -1374,6 +1376,9 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     row = augmentation_pipeline.AUGMENTATIONS_BY_IMAGE[name.split()[0]]
     refused = (type(augment), dtype) in augmentation_pipeline._REFUSED_HALF
     moved = augmentation_pipeline._moves_values(augment, row)  # a flip, a crop by indices: the half batch
+    if resized_in_float32_planes:
+        assert not boxes and shapes == [(7, 3, 96, 100)]  # the release's forward on the half batch, once
+        return
     if row.sampled and not (moved and not refused) and _at_scale.modes_see_indexing():
         assert all(r[0] <= r[1] <= 96 and c[0] <= c[1] <= 100 for r, c in boxes)
         if name == "RandomResizedCrop":  # resized from the half rows: the copies never filled
@@ -1386,7 +1391,7 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     if checked is not None and not checked(augment, x, 1 if path == "bands" else 2):
         assert shapes == []  # a chunk would not compute what the batch does here: the whole widened call
         return
-    if moved and refused:
+    if (moved or name == "RandomResizedCrop") and refused:
         # the release refused the half image (bfloat16 on 0.7.0-0.8.2) before it drew or moved anything
         assert shapes[0] == (7, 3, 96, 100)
         shapes = shapes[1:]
@@ -1493,7 +1498,9 @@ def test_resized_crop_resizes_in_half_where_the_dtype_is_native(dtype, monkeypat
     draws). In the native mode a large half batch takes the release's forward on the half batch:
     each output image is torch's half ``interpolate`` of the crop its drawn box gives, bit for bit;
     the parameters and the stream are the float32 call's, the transform matrices within 3 half
-    ulps of its (0.9.0's are as far). In the float32 mode: the float32 call's resize, narrowed."""
+    ulps of its (0.9.0's are as far). In the float32 mode: the release's forward on the half batch
+    too (where the release takes the dtype), each crop resized plane by plane by torch's float32
+    kernel on the widened plane: the float32 call narrowed, bit for bit; the matrices its narrowed."""
     from kornia_halfpatch.fixes import augmentation_pipeline
 
     _small_images_by_image(monkeypatch, "chunks")
@@ -1533,9 +1540,14 @@ def test_resized_crop_resizes_in_half_where_the_dtype_is_native(dtype, monkeypat
         got, got_matrices = _augmented_in_mode(make, x, mode, stream, params)
         assert got.dtype == dtype and got_matrices.dtype == dtype
         if mode == "float32":
-            assert not forwards
-            assert_resized_within_bound(got, float32_call.to(dtype))
+            refused = (kornia.augmentation.RandomResizedCrop, dtype) in augmentation_pipeline._REFUSED_HALF
+            assert forwards == ([] if refused else [(dtype, (7, 3, 96, 100))])
+            if refused:  # bfloat16 on 0.7.0-0.8.2: the float32 chunks, resized from the rows read
+                assert_resized_within_bound(got, float32_call.to(dtype))
+            else:
+                assert bitwise_equal(got, float32_call.to(dtype))
             assert bitwise_equal(got_matrices, matrices.to(dtype))
+            forwards.clear()
             continue
         assert bitwise_equal(got, expected)
         assert forwards == [(dtype, (7, 3, 96, 100))]  # the release's forward on the half batch, once
@@ -1544,6 +1556,85 @@ def test_resized_crop_resizes_in_half_where_the_dtype_is_native(dtype, monkeypat
         relative = (got_matrices.double() - matrices.double()).abs()[large] / matrices.abs().double()[large]
         assert relative.max() <= 3 * ulp
         assert (got_matrices.double()[~large].abs() <= 1e-6).all()
+
+
+@pytest.mark.parametrize("planes", ["whole", "above the workspace"])
+# nearest with align_corners=False: torch's own error, in the release and patched alike
+@pytest.mark.parametrize("resample, align_corners", [("bilinear", True), ("bilinear", False), ("bicubic", True),
+                                                     ("nearest", None), ("nearest", False)])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_a_resized_crop_in_the_float32_mode_is_the_float32_call_on_the_half_batch(dtype, resample, align_corners,
+                                                                                 planes, monkeypatch):
+    """RandomResizedCrop by indices in the float32 mode (float16 on a CPU without ``avx512_fp16``):
+    the release's forward on the half batch, each crop's ``interpolate`` answered plane by plane
+    by torch's float32 kernel on the widened plane (``HalfCropsResizedInFloat32``). The crop by
+    indices only copies, so the output is the release's float32 call narrowed, bit for bit, for
+    every interpolation; a plane above the workspace with aligned bilinear corners is resized from
+    its rows read, within that bound. The matrices, parameters and stream are the float32 call's;
+    no float32 batch is made (the forward's image is the half batch)."""
+    from kornia_halfpatch.fixes import _at_scale, augmentation_pipeline
+
+    _small_images_by_image(monkeypatch, "chunks")
+    monkeypatch.setattr(augmentation_pipeline, "_REFUSED_HALF", set())
+    if planes == "above the workspace":
+        monkeypatch.setattr(_at_scale, "RESIZED_PLANE_PIXELS", 0)
+    seen = []
+    real = augmentation_pipeline._release_half_forward
+
+    def spy(original, module, image, params):
+        seen.append(image.dtype)
+        return real(original, module, image, params)
+
+    monkeypatch.setattr(augmentation_pipeline, "_release_half_forward", spy)
+    from_rows = []
+    real_rows = _at_scale.resized_from_rows_read
+
+    def rows_spy(interpolate, half, args, kwargs):
+        resized = real_rows(interpolate, half, args, kwargs)
+        from_rows.append((half.dtype, resized is not None))
+        return resized
+
+    monkeypatch.setattr(_at_scale, "resized_from_rows_read", rows_spy)
+    x = torch.cat([image(7, 3, 96, seed=8), image(7, 3, 96, seed=9)[..., :4]], -1).to(dtype)  # 96 x 100
+
+    def make():
+        # scales both sides of the output: crops larger and smaller than it
+        return kornia.augmentation.RandomResizedCrop((48, 50), (0.05, 1.0), resample=resample,
+                                                     align_corners=align_corners, p=1.0)
+
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(5)
+        try:
+            float32_call = reference(x.float())
+        except Exception as refused:  # noqa: BLE001 - the release's own error for this interpolation
+            with testing.isolated(only=ONLY + ["augmentation_pipeline"], cpu_half="float32"):
+                torch.manual_seed(5)
+                with pytest.raises(type(refused)):
+                    make()(x)
+            return
+        stream = torch.random.get_rng_state()
+        params, matrices = reference._params, reference.transform_matrix
+    assert params["src"].shape[0] == 7 and float32_call.shape == (7, 3, 48, 50)
+    got, got_matrices = _augmented_in_mode(make, x, "float32", stream, params)
+    refused = (kornia.augmentation.RandomResizedCrop, dtype) in augmentation_pipeline._REFUSED_HALF
+    assert seen == [dtype]  # the half batch, once (refused: bfloat16 on 0.7.0-0.8.2, the float32 chunks)
+    assert got.dtype == dtype and got_matrices.dtype == dtype
+    assert bitwise_equal(got_matrices, matrices.to(dtype))
+    try:
+        F.interpolate(torch.zeros(1, 1, 2, 2, dtype=dtype), size=(3, 3), mode="bilinear", align_corners=True)
+        torch_resizes_half = True
+    except RuntimeError:  # torch 2.1: no half CPU interpolate; the shim's torch_ops row widens the crop
+        torch_resizes_half = False
+    rows_read = ((refused or (planes == "above the workspace" and torch_resizes_half))
+                 and (resample, align_corners) == ("bilinear", True))
+    if rows_read:
+        assert_resized_within_bound(got, float32_call.to(dtype))
+    else:
+        assert bitwise_equal(got, float32_call.to(dtype))
+    # the half crops resized from their rows read above the workspace only (refused: the float32 chunks')
+    assert any(done for _, done in from_rows) == rows_read
+    assert all(kind == (torch.float32 if refused else dtype) for kind, _ in from_rows)
 
 
 def _containers():

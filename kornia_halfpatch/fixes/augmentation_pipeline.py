@@ -57,7 +57,7 @@ from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import (FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context, half_arithmetic,
                           native_half_arithmetic)
 from .._torch_compat import is_compiling
-from ._at_scale import SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
+from ._at_scale import HalfCropsResizedInFloat32, SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -651,6 +651,28 @@ def _release_half_forward(original: Any, module: torch.nn.Module, image: torch.T
     return result
 
 
+def _matrix_from_float32(module: torch.nn.Module, image: torch.Tensor, params: Any) -> bool:
+    """After the release's forward on a half batch whose values are the float32 call's (the
+    float32 mode): its transform matrix computed as the float32 call computes it, by the release's
+    ``generate_transformation_matrix`` of a float32 batch of one pixel an image (a crop's matrix
+    reads the batch's size, dtype and device and its drawn corners, never its pixels), narrowed
+    afterwards with the others (``_narrow_matrices``). The half forward's own matrix solved the
+    corners rounded to half (up to 3 ulps off). False where the release has no such method."""
+    generate = getattr(module, "generate_transformation_matrix", None)
+    flags = getattr(module, "flags", None)
+    if not callable(generate) or not isinstance(flags, dict) or not isinstance(params, dict):
+        return False
+    try:
+        stand_in = torch.zeros(tuple(image.shape[:-2]) + (1, 1), dtype=torch.float32, device=image.device)
+        matrix = generate(stand_in, params, flags)
+    except Exception:  # noqa: BLE001 - the float32 chunks compute it
+        return False
+    if not isinstance(matrix, torch.Tensor) or matrix.dtype != torch.float32 or matrix.shape[0] != image.shape[0]:
+        return False
+    module._transform_matrix = matrix
+    return True
+
+
 def _draw_while_applying(module: torch.nn.Module, row: ByImage, params: Dict[str, Any],
                          image: torch.Tensor) -> Optional[Dict[str, Any]]:
     """The drawn parameters with ``row.drawn``'s parameter added as the release's float32 call
@@ -873,9 +895,16 @@ def _forward_by_images(original: Any, module: torch.nn.Module, args: tuple, kwar
         moved = _release_half_forward(original, module, image, params)
         if moved is not None:
             return moved
-    if sliced_crop and COMPUTED_IN_HALF.get(type(module).__name__) == "resize" and native_half_arithmetic() == dtype:
-        # resized in half, as 0.9.0 does (COMPUTED_IN_HALF): the release's forward on the half batch
-        moved = _release_half_forward(original, module, image, params)
+    if sliced_crop and COMPUTED_IN_HALF.get(type(module).__name__) == "resize":
+        if native_half_arithmetic() == dtype:
+            # resized in half, as 0.9.0 does (COMPUTED_IN_HALF): the release's forward on the half batch
+            moved = _release_half_forward(original, module, image, params)
+        else:
+            # the release's forward on the half batch, its resizes the float32 ones narrowed
+            with HalfCropsResizedInFloat32():
+                moved = _release_half_forward(original, module, image, params)
+            if moved is not None and not _matrix_from_float32(module, image, params):
+                moved = None  # (drawn already: the float32 chunks below, with these parameters)
         if moved is not None:
             return moved
     own = slicer(params, batch)
