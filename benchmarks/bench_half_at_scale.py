@@ -118,9 +118,24 @@ def other_cases() -> Dict[str, Callable[[Any], Callable[[], Any]]]:
             return run
         return call
 
+    def video(build):
+        # the batch's images as the frames of one video (B, T, C, H, W)
+        def call(x):
+            augment, frames = build(), x[None]
+
+            def run():
+                torch.manual_seed(0)
+                return augment(frames)
+            return run
+        return call
+
     augmentation = kornia.augmentation
     transform = kornia.geometry.transform
     return {
+        "VideoSequential": video(lambda: augmentation.VideoSequential(
+            augmentation.RandomAffine(30.0, p=1.0), augmentation.ColorJiggle(0.2, 0.2, 0.2, 0.0, p=1.0))),
+        "VideoSequential colour": video(lambda: augmentation.VideoSequential(
+            augmentation.ColorJiggle(0.2, 0.2, 0.2, 0.0, p=1.0), augmentation.RandomGamma((0.8, 1.2), p=1.0))),
         "AugmentationSequential": seeded(lambda: augmentation.AugmentationSequential(
             augmentation.RandomAffine(degrees=30.0, translate=(0.1, 0.1), scale=(0.8, 1.2), p=1.0))),
         "AugmentationSequential x2": seeded(lambda: augmentation.AugmentationSequential(

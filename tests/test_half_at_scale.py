@@ -1744,6 +1744,81 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
         assert shapes[: -(-7 // per_call)] == [(per_call, 3, 96, 100)] * (7 // per_call) + [(1, 3, 96, 100)] * (7 % per_call)
 
 
+def _videos():
+    augmentation = kornia.augmentation
+    return {
+        "warp and colour": lambda: augmentation.VideoSequential(
+            augmentation.RandomAffine(30.0, (0.1, 0.1), (0.8, 1.2), p=0.6),
+            augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6), data_format="BTCHW", same_on_frame=True),
+        "colour, each frame its own": lambda: augmentation.VideoSequential(
+            augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6), augmentation.RandomGamma((0.8, 1.2), p=0.6),
+            data_format="BCTHW", same_on_frame=False),
+        "crop and flip": lambda: augmentation.VideoSequential(
+            augmentation.RandomCrop((64, 80), p=1.0), augmentation.RandomHorizontalFlip(p=0.6),
+            data_format="BTCHW", same_on_frame=True),
+    }
+
+
+@pytest.mark.parametrize("path", ["chunks", "bands"])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(_videos()))
+def test_a_large_half_video_frame_by_frame_is_the_release_float32_call_bitwise(name, dtype, path, monkeypatch):
+    """VideoSequential of augmentations that treat each image alone, a large half video
+    (``VIDEOS_BY_FRAMES``): the parameters drawn once for the videos, then a few frames of one
+    video a call (two here), or, where every child is per pixel, bands of 16 rows of up to four
+    frames, each given every child's rows of those frames. The output, every submodule's
+    parameters and matrices and the random stream are the release's float32 call's (narrowed), in
+    both data formats, one draw for all frames or each frame its own; no call sees a whole video."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    _small_images_by_image(monkeypatch, path)
+    calls = []
+    real = augmentation_pipeline._video_by_frames
+
+    def spy(original, *rest):
+        def counted(module, video, *args, **kwargs):
+            calls.append(tuple(video.shape))
+            return original(module, video, *args, **kwargs)
+
+        counted.__qualname__ = original.__qualname__
+        return real(counted, *rest)
+
+    monkeypatch.setattr(augmentation_pipeline, "_video_by_frames", spy)
+    frames = torch.stack([torch.cat([image(5, 3, 96, seed=6 + k), image(5, 3, 96, seed=9 + k)[..., :4]], -1)
+                          for k in range(3)])  # 3 videos of 5 frames, 96 x 100
+    make = _videos()[name]
+    x = (frames.transpose(1, 2) if make().data_format == "BCTHW" else frames).contiguous().to(dtype)
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(5)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+        augment = make()
+        torch.manual_seed(5)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
+        _assert_same_state(augment, reference, dtype, name)
+        if name == "warp and colour":  # the inverse reads the state the call left
+            assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+    axis = 2 if make().data_format == "BCTHW" else 1
+    if any(item.data["batch_prob"].shape != (15,) for item in reference._params):
+        # 0.7.0 repeats a RandomCrop's parameters across frames only where it reads them: not one
+        # row per frame, so the whole widened call with the parameters drawn
+        assert calls == [tuple(x.shape)]
+        return
+    assert calls and all(shape[0] == 1 for shape in calls)  # never the whole video
+    per_pixel = name.startswith("colour")
+    if path == "bands" and per_pixel:
+        # 16 rows of four frames, then of the fifth, video by video
+        assert [(shape[axis], shape[-2]) for shape in calls] == ([(4, 16)] * 6 + [(1, 16)] * 6) * 3
+    else:
+        per_call = 2 if path == "chunks" else 1
+        assert [shape[axis] for shape in calls] == ([per_call] * (5 // per_call) + [1] * (5 % per_call)) * 3
+        assert all(shape[-2:] == (96, 100) for shape in calls)
+
+
 def _spy_mix_forwards(monkeypatch, dtypes=False):
     """The shapes of the images each release forward of a mix augmentation's entry receives (with
     their dtypes: ``dtypes``)."""

@@ -421,8 +421,8 @@ def _rows_by_image(params: Dict[str, Any], row: ByImage, batch: int) -> Optional
 
 # Containers whose forward of an image alone runs their children in turn, each with its own
 # drawn parameters (``params=``): a container of ``AUGMENTATIONS_BY_IMAGE`` children goes image by
-# image as one of them does, each chunk given every child's rows. (VideoSequential and
-# PatchSequential reshape the batch first; their rows are not the images'.)
+# image as one of them does, each chunk given every child's rows. (PatchSequential reshapes the
+# batch first: its rows are not the images'; VideoSequential's are its frames': VIDEOS_BY_FRAMES.)
 CONTAINERS_BY_IMAGE = {"AugmentationSequential": "AugmentationSequential.forward",
                        "ImageSequential": "ImageSequentialBase.forward"}
 
@@ -1302,12 +1302,118 @@ def _mix_in_row_bands(original: Any, module: torch.nn.Module, args: tuple, kwarg
     return out
 
 
+# Video containers whose parameters, once drawn, are one row per frame: VideoSequential draws each
+# child's for the videos (or the frames) and repeats them across frames (``__broadcast_param__``),
+# then runs its children on the frames as a batch of images. So a large half video goes frame by
+# frame (``_video_by_frames``): a few frames of one video a call, each given every child's rows of
+# those frames; with ``AUGMENTATIONS_BY_IMAGE`` children each frame is computed by the same float32
+# operations as in the whole call. (forward's qualname -> the temporal axis of each data format)
+VIDEOS_BY_FRAMES = {"VideoSequential": ("VideoSequential.forward", {"BTCHW": 1, "BCTHW": 2})}
+
+
+def _video_by_frames(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any],
+                     dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A large half video through a ``VIDEOS_BY_FRAMES`` container of children that treat each
+    image alone (no image-sized parameters drawn while applying): the parameters drawn once by the
+    release's ``forward_parameters`` for the video's shape (the same generator calls), then a few
+    frames of one video a call (``CHUNK_PIXELS``), each the release's float32 forward of those
+    frames widened, given every child's rows of them, narrowed straight into the half output.
+    The output, ``_params`` and the matrices are the whole call's (tested); None where the call is
+    not one (the whole widened call then runs)."""
+    kind = type(module)
+    found = VIDEOS_BY_FRAMES.get(kind.__name__)
+    if (found is None or getattr(original, "__qualname__", "") != found[0]
+            or not kind.__module__.startswith("kornia.augmentation.")):
+        return None
+    axis = found[1].get(getattr(module, "data_format", None))
+    video = args[0] if args else None
+    if (axis is None or not isinstance(video, torch.Tensor) or video.dim() != 5 or video.dtype not in HALF_DTYPES
+            or video.numel() == 0 or any(not (value is None or (isinstance(value, dict) and not value))
+                                         for value in list(args[1:]) + list(kwargs.values()))):
+        return None  # given parameters or extra arguments (0.7.0's default: {}): the whole call
+    videos, frames, pixels = video.shape[0], video.shape[axis], video.shape[-2] * video.shape[-1]
+    count = max(1, CHUNK_PIXELS // max(pixels, 1))
+    if pixels < CHUNKED_IMAGE_PIXELS or videos * frames <= count:
+        return None
+    if is_compiling() or torch.jit.is_tracing() or (torch.is_grad_enabled() and video.requires_grad):
+        return None
+    if _float32_state(module):
+        return None
+    children = dict(module.named_children())
+    rows = [_by_image(child) for child in children.values()]
+    if not children or any(row is None or row.split == "batch" or row.drawn or row.planes
+                           or type(child).__name__ in CHUNKS_CHECKED for row, child in zip(rows, children.values())):
+        return None
+    params = module.forward_parameters(video.shape)
+    images = videos * frames
+    owns = []
+    for item in params if isinstance(params, list) else ():
+        child = children.get(getattr(item, "name", None))
+        row = _by_image(child) if child is not None else None
+        own = _own_rows(item.data, row, images) if row is not None else None
+        if own is None:
+            break
+        owns.append(own)
+
+    def whole() -> Any:
+        # drawn already: the whole float32 forward with these parameters, which keeps them as the
+        # release's call does (its forward keeps only those it draws)
+        output = original(module, video.float(), params=params)
+        module._params = params
+        return output
+
+    if not isinstance(params, list) or not params or len(owns) != len(params):
+        return whole()
+    # Children that compute each pixel from its own (colour): bands of rows of a few frames a call,
+    # whose float32 temporaries stay in cache (ColorJiggle's passes over a whole float32 frame
+    # cost 4x its bands', measured on 4x3x1024x1024)
+    height, width = video.shape[-2:]
+    in_bands = all(row.split == "rows" and not row.halo for row in rows) and pixels >= CHUNK_PIXELS
+    group = min(frames, BAND_IMAGES) if in_bands else count
+    band = max(1, ROW_BAND_PIXELS // max(width, 1)) if in_bands else height
+    out: Optional[torch.Tensor] = None
+    given: List[Any] = []
+    states: List[List[Tuple[Any, Any, Any]]] = []
+    for index in range(videos):
+        for start in range(0, frames, group):
+            stop = min(start + group, frames)
+            first = index * frames
+            chunk_rows = [type(item)(item.name, own(first + start, first + stop)) for item, own in zip(params, owns)]
+            for top in range(0, height, band):
+                bottom = min(top + band, height)
+                part = video[index : index + 1].narrow(axis, start, stop - start).narrow(-2, top, bottom - top)
+                result = original(module, part.float(), params=chunk_rows)
+                if (not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.dim() != 5
+                        or result.shape[0] != 1 or result.shape[axis] != stop - start
+                        or (in_bands and tuple(result.shape[-2:]) != (bottom - top, width))):
+                    return whole()  # not frame by frame (or pixel by pixel) after all
+                if out is None:
+                    shape = list(result.shape)
+                    shape[0], shape[axis] = videos, frames
+                    if in_bands:
+                        shape[-2] = height
+                    out = torch.empty(shape, dtype=dtype, device=result.device)
+                elif [n for i, n in enumerate(result.shape) if i not in (0, axis, 3)] != \
+                        [n for i, n in enumerate(out.shape) if i not in (0, axis, 3)]:
+                    return whole()
+                into = out[index : index + 1].narrow(axis, start, stop - start)
+                (into.narrow(-2, top, bottom - top) if in_bands else into).copy_(result)
+                del result
+            given.append(chunk_rows)
+            states.append(_call_state(module))
+    if out is None or not _put_whole_batch_state(module, params, given, states, images):
+        return whole()
+    return out
+
+
 def _promoted_call(
     original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype,
     pixels: int,
 ) -> Any:
     before = _put_back_float32_matrices(module)
     output = _forward_by_images(original, module, args, kwargs, dtype)
+    if output is None:
+        output = _video_by_frames(original, module, args, kwargs, dtype)
     if output is None:
         output = _mix_in_row_bands(original, module, args, kwargs, dtype)
     if output is None:
