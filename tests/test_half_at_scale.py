@@ -1819,6 +1819,106 @@ def test_a_large_half_video_frame_by_frame_is_the_release_float32_call_bitwise(n
         assert all(shape[-2:] == (96, 100) for shape in calls)
 
 
+def _warp_then_colour():
+    augmentation = kornia.augmentation
+
+    def children():
+        return (augmentation.RandomAffine(30.0, (0.1, 0.1), (0.8, 1.2), p=0.6),
+                augmentation.ColorJiggle(0.2, 0.3, 0.3, 0.1, p=0.6), augmentation.RandomGamma((0.8, 1.2), p=0.6))
+
+    return {
+        "AugmentationSequential": lambda: augmentation.AugmentationSequential(*children()),
+        "VideoSequential": lambda: augmentation.VideoSequential(*children(), data_format="BTCHW", same_on_frame=True),
+    }
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(_warp_then_colour()))
+def test_per_pixel_children_after_a_warp_go_in_float32_bands_of_rows(name, dtype, monkeypatch):
+    """A container of a warp and per-pixel children, a large half batch (or video) two images a
+    chunk: inside each chunk's float32 forward the per-pixel children (ColorJiggle, RandomGamma)
+    take the warped float32 images in bands of 16 rows, each given the chunk's parameters
+    (``_child_in_row_bands``). The output, every submodule's parameters and matrices, the inverse
+    and the random stream are the release's float32 call's (narrowed); a user's float32 call of the
+    same container never goes in bands (its bits are the release's call's, not merely equal)."""
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    _small_images_by_image(monkeypatch, "chunks")
+    bands = []
+    real = augmentation_pipeline._child_in_row_bands
+
+    def spy(original, module, args, kwargs):
+        def counted(module, image, *rest, **keywords):
+            bands.append((type(module).__name__, tuple(image.shape)))
+            return original(module, image, *rest, **keywords)
+
+        counted.__qualname__ = original.__qualname__
+        return real(counted, module, args, kwargs)
+
+    monkeypatch.setattr(augmentation_pipeline, "_child_in_row_bands", spy)
+    x = torch.cat([image(6, 3, 96, seed=2), image(6, 3, 96, seed=3)[..., :4]], -1)  # 96 x 100
+    x = (x.view(2, 3, 3, 96, 100) if name == "VideoSequential" else x).to(dtype)
+    make = _warp_then_colour()[name]
+    with testing.isolated(only=()):
+        reference = make()
+        torch.manual_seed(7)
+        expected = reference(x.float())
+        stream = torch.random.get_rng_state()
+        # composed lazily, on first reading (VideoSequential has none)
+        expected_matrix = getattr(reference, "transform_matrix", None)
+    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+        augment = make()
+        torch.manual_seed(7)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
+        _assert_same_state(augment, reference, dtype, name)
+        if expected_matrix is not None:
+            assert bitwise_equal(augment.transform_matrix, expected_matrix.to(dtype))
+        assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+        # two images a chunk, each per-pixel child in six bands of 16 rows; a video's chunks are
+        # frames of one video (3 frames: two, then one, whose pixels are below a chunk's: whole)
+        per_chunk = [(child, (2, 3, 16, 100)) for child in ("ColorJiggle", "RandomGamma") for _ in range(6)]
+        assert bands == per_chunk * (2 if name == "VideoSequential" else 3)
+        bands.clear()
+        torch.manual_seed(7)
+        own = augment(x.float())  # the user's float32 call: never in bands
+        assert not bands and bitwise_equal(own, expected)
+
+
+@pytest.mark.parametrize("policy", ["RandAugment", "AutoAugment"])
+def test_a_policy_s_per_pixel_operations_go_in_float32_bands_of_rows(policy, monkeypatch):
+    """AutoAugment and RandAugment (0.7.4+) run on the widened half batch; inside, an operation
+    that computes each pixel from its own (posterize, solarize, saturation, invert) is called with
+    its parameters on the float32 batch and goes in bands of rows (``_child_in_row_bands``). Over
+    six seeds the output is the release's float32 call narrowed, bit for bit, and some operation
+    went in bands."""
+    auto = pytest.importorskip("kornia.augmentation.auto")
+    from kornia_halfpatch.fixes import augmentation_pipeline
+
+    _small_images_by_image(monkeypatch, "chunks")
+    banded = []
+    real = augmentation_pipeline._child_in_row_bands
+
+    def spy(*arguments):
+        result = real(*arguments)
+        banded.extend([type(arguments[1]).__name__] if result is not None else [])
+        return result
+
+    monkeypatch.setattr(augmentation_pipeline, "_child_in_row_bands", spy)
+    make = (lambda: auto.RandAugment(n=3, m=10)) if policy == "RandAugment" else auto.AutoAugment
+    x = torch.cat([image(6, 3, 96, seed=2), image(6, 3, 96, seed=3)[..., :4]], -1).to(torch.float16)
+    for seed in range(6):
+        with testing.isolated(only=()):
+            torch.manual_seed(seed)
+            expected = make()(x.float())
+        with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+            torch.manual_seed(seed)
+            got = make()(x)
+        assert got.dtype == torch.float16 and bitwise_equal(got, expected.half()), (policy, seed)
+    assert banded, policy
+
+
 def _spy_mix_forwards(monkeypatch, dtypes=False):
     """The shapes of the images each release forward of a mix augmentation's entry receives (with
     their dtypes: ``dtypes``)."""

@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - torch 2.0-2.13 have it
 
 from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import (FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context, half_arithmetic,
-                          native_half_arithmetic)
+                          in_float32_evaluation, native_half_arithmetic)
 from .._torch_compat import is_compiling
 from ._at_scale import HalfCropsResizedInFloat32, SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
 
@@ -1406,6 +1406,52 @@ def _video_by_frames(original: Any, module: torch.nn.Module, args: tuple, kwargs
     return out
 
 
+def _child_in_row_bands(original: Any, module: torch.nn.Module, args: tuple,
+                        kwargs: Dict[str, Any]) -> Optional[torch.Tensor]:
+    """Inside the shim's float32 evaluation of a half call, a container's child that computes each
+    output pixel from its own input pixel (``ByImage.split`` "rows", no halo, no image-sized
+    parameters), called by the container with its parameters on a large float32 image (a warped
+    frame): the child's float32 forward in bands of rows (``ROW_BAND_PIXELS`` an image), each
+    given the same parameters, into a float32 output. Each pixel is computed by the same float32
+    operations as in the whole call, and the bands' float32 temporaries stay in cache (ColorJiggle's
+    passes over a whole float32 frame cost 4x its bands'). None for any other call (the child's
+    whole call runs)."""
+    if getattr(original, "__qualname__", "") != "_BasicAugmentationBase.forward":
+        return None
+    row = _by_image(module)
+    if row is None or row.split != "rows" or row.halo or row.planes or row.drawn:
+        return None
+    if len(args) != 2 or not isinstance(args[1], dict) or any(key != "data_keys" for key in kwargs):
+        return None  # drawn here (not a container's child), or keywords that override parameters
+    image, params = args
+    if (not isinstance(image, torch.Tensor) or image.dim() != 4 or image.dtype != torch.float32
+            or image.numel() == 0 or image.requires_grad):
+        return None
+    batch, _, height, width = image.shape
+    band = max(1, ROW_BAND_PIXELS // max(width, 1))
+    if batch * height * width < CHUNK_PIXELS or height <= band:
+        return None
+    if is_compiling() or torch.jit.is_tracing() or _float32_state(module):
+        return None
+    if _rows_by_image(params, row, batch) is None:
+        return None  # not the parameters of these images
+    out: Optional[torch.Tensor] = None
+    for start in range(0, height, band):
+        stop = min(start + band, height)
+        try:
+            result = original(module, image[:, :, start:stop].contiguous(), params, **kwargs)
+        except Exception:  # noqa: BLE001 - the whole call raises it again (the release's own error), or answers
+            return None if out is None else original(module, image, params, **kwargs)
+        if (not isinstance(result, torch.Tensor) or result.dtype != torch.float32 or result.dim() != 4
+                or result.shape[0] != batch or tuple(result.shape[-2:]) != (stop - start, width)
+                or (out is not None and result.shape[1] != out.shape[1])):
+            return None if out is None else original(module, image, params, **kwargs)  # not per pixel after all
+        if out is None:
+            out = torch.empty((batch, result.shape[1], height, width), dtype=torch.float32, device=result.device)
+        out[:, :, start:stop] = result
+    return out
+
+
 def _promoted_call(
     original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], data: tuple, dtype: torch.dtype,
     pixels: int,
@@ -1436,6 +1482,10 @@ def _dispatch(original: Any, module: torch.nn.Module, args: tuple, kwargs: Dict[
             # float32 call, autocast off (the same parameters: they are drawn in float32).
             with autocast_off(first.device.type):
                 return original(module, *args, **kwargs)
+        if in_float32_evaluation():  # a container's child inside the shim's evaluation of a half call
+            banded = _child_in_row_bands(original, module, args, kwargs)
+            if banded is not None:
+                return banded
         return original(module, *args, **kwargs)
     # The shim's float32 evaluation of a half call: inside it the depthwise filters take their
     # channels-last float32 form (fixes/_at_scale.py).
