@@ -647,6 +647,74 @@ def test_a_float32_rgb_to_hsv_inside_a_float32_evaluation_is_the_release_bitwise
         assert bitwise_equal(outside, expected) and bitwise_equal(inside, expected)
 
 
+def _tps_warp(batch, seed=4):
+    """Per-image thin-plate-spline weights (float32) from five control points moved a little."""
+    g = torch.Generator().manual_seed(seed)
+    source = torch.rand(batch, 5, 2, generator=g) * 1.6 - 0.8
+    destination = source + 0.15 * torch.randn(batch, 5, 2, generator=g)
+    with testing.isolated(only=()):
+        kernel, affine = kornia.geometry.transform.get_tps_transform(destination, source)
+    return source, kernel, affine
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_warp_image_tps_in_bands_of_rows_is_the_release_float32_bitwise(dtype, mode, monkeypatch):
+    """``warp_image_tps`` band by band of 16 output rows, image by image
+    (``warp_image_tps_in_bands``): a half image's warp is the release's float32 warp narrowed, and
+    a float32 warp inside the shim's float32 evaluation (an augmentation's) is the release's float32
+    warp, bit for bit, aligned corners or not (and with border padding where the release takes
+    it); a user's float32 call is the release's own. RandomThinPlateSpline, a large half batch
+    image by image, takes it and is the release's float32 call narrowed."""
+    from kornia_halfpatch._precision import FLOAT32_EVALUATION
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "TPS_BAND_PIXELS", 16 * 100)
+    # 96 x 100, half values (the float32 calls read the half image's values)
+    x = torch.cat([image(3, 3, 96, seed=5), image(3, 3, 96, seed=6)[..., :4]], -1).to(dtype).float()
+    source, kernel, affine = _tps_warp(3)
+    warp = kornia.geometry.transform.warp_image_tps
+    options = [{"align_corners": False}, {"align_corners": True}]
+    if "padding_mode" in inspect.signature(warp).parameters:
+        options.append({"align_corners": True, "padding_mode": "border"})
+    evaluated = []
+
+    def spy(original, dtype, *arguments, **keywords):
+        result = _at_scale.warp_image_tps_in_bands(original, dtype, *arguments, **keywords)
+        evaluated.append((dtype, result is not None))
+        return result
+
+    for keywords in options:
+        with testing.isolated(only=()):
+            expected = warp(x, source, kernel, affine, **keywords)
+        with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling"], cpu_half=mode):
+            warp = kornia.geometry.transform.warp_image_tps
+            monkeypatch.setitem(warp.__globals__, "_halfpatch_evaluate", spy)
+            evaluated.clear()
+            got = warp(x.to(dtype), source, kernel, affine, **keywords)
+            outside = warp(x, source, kernel, affine, **keywords)
+            with FLOAT32_EVALUATION:
+                inside = warp(x, source, kernel, affine, **keywords)
+        assert evaluated == [(dtype, True), (torch.float32, True)], keywords
+        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), keywords
+        assert bitwise_equal(outside, expected) and bitwise_equal(inside, expected), keywords
+    _small_images_by_image(monkeypatch, "chunks")
+    monkeypatch.setattr(_at_scale, "TPS_BAND_PIXELS", 16 * 100)
+    batch = x.repeat(2, 1, 1, 1).to(dtype)
+    with testing.isolated(only=()):
+        torch.manual_seed(8)
+        expected = kornia.augmentation.RandomThinPlateSpline(p=0.8)(batch.float())
+    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling", "kornia_dtypes"],
+                          cpu_half=mode):
+        warp = kornia.geometry.transform.warp_image_tps
+        monkeypatch.setitem(warp.__globals__, "_halfpatch_evaluate", spy)
+        evaluated.clear()
+        torch.manual_seed(8)
+        got = kornia.augmentation.RandomThinPlateSpline(p=0.8)(batch)
+    assert evaluated and all(call == (torch.float32, True) for call in evaluated)
+    assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype))
+
+
 def test_the_rows_wrappers_hold_their_evaluation():
     from kornia_halfpatch.fixes import _at_scale
 

@@ -534,6 +534,65 @@ def per_image(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: An
     return _each_image(original, dtype, arguments, keywords)
 
 
+# Output pixels per band of a thin-plate-spline warp: each output point's distances to every
+# control point, their r^2 log r kernel and its products with the weights are ~40 float32
+# temporaries a point (five control points), so a band of 2^16 pixels holds 10 MiB where one
+# 1024x1024 image held 127 MiB (0.8.2, measured); whole images one after another also left glibc's
+# heap holding 290 MiB of them after four (its mmap threshold rises to a freed temporary's size).
+TPS_BAND_PIXELS = 1 << 16
+
+
+def warp_image_tps_in_bands(original: Any, dtype: torch.dtype, *arguments: Any,
+                            **keywords: Any) -> Optional[torch.Tensor]:
+    """kornia's ``warp_image_tps`` (the same in 0.7.0-0.8.3: the pixel grid's points warped by
+    ``warp_points_tps``, then ``grid_sample``d) band by band of output rows, image by image. Every
+    output pixel is sampled from its own grid point, and the grid point's warp computed from it
+    alone by the same float32 operations (the release's ``warp_points_tps`` on the band's rows of
+    the release's ``create_meshgrid``; tile-invariant, tested), so each band is the whole call's
+    rows bit for bit; each narrowed straight into the output. None for anything else."""
+    bound = _bound(original, arguments, keywords)
+    namespace = getattr(original, "__globals__", {})
+    meshgrid, warp_points = namespace.get("create_meshgrid"), namespace.get("warp_points_tps")
+    if bound is None or not callable(meshgrid) or not callable(warp_points):
+        return None
+    image, centers, weights, affine = (bound.get(name) for name in
+                                       ("image", "kernel_centers", "kernel_weights", "affine_weights"))
+    options = {"align_corners": bound.get("align_corners", False)}
+    if "padding_mode" in bound:
+        options["padding_mode"] = bound["padding_mode"]
+    tensors = (image, centers, weights, affine)
+    if (not all(isinstance(t, torch.Tensor) for t in tensors) or image.dim() != 4 or image.numel() == 0
+            or any(t.dim() != 3 or t.shape[0] != image.shape[0] for t in tensors[1:])
+            or not isinstance(options["align_corners"], bool) or _wants_gradient(*tensors)):
+        return None
+    batch, _, height, width = image.shape
+    rows = max(1, TPS_BAND_PIXELS // max(width, 1))
+    if rows >= height and batch == 1:
+        return None  # nothing to split: the widened original
+    # (1, H, W, 2) as the release makes it for a float32 image (0.7.0 converts after, 0.8 asks for the dtype)
+    grid = meshgrid(height, width, device=image.device, dtype=torch.float32)
+    out: Optional[torch.Tensor] = None
+    previous: Optional[torch.Tensor] = None
+    for index in range(batch):
+        source = _widened(image[index : index + 1])
+        own = [_widened(t[index : index + 1]) for t in tensors[1:]]
+        for start in range(0, height, rows):
+            stop = min(start + rows, height)
+            points = grid[:, start:stop].reshape(1, -1, 2)
+            warped = warp_points(points, *own)
+            if not isinstance(warped, torch.Tensor) or warped.shape != points.shape:
+                return None
+            result = torch.nn.functional.grid_sample(source, warped.view(1, stop - start, width, 2), **options)
+            if out is None:
+                out = torch.empty((batch, result.shape[1], height, width), dtype=dtype, device=result.device)
+            out[index : index + 1, :, start:stop] = result
+            # kept until the next band's exists: glibc reuses its heap for the next band's temporaries
+            previous = result
+            del warped, result
+    del previous
+    return out
+
+
 def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
     """A warp (``warp_affine``, ``warp_perspective``, ``rotate``): as ``per_image``, the matrices
     and angles sliced with their image. A large image is called alone inside ``_LargeWarps``

@@ -286,7 +286,10 @@ ROWS = (
     _row("kornia.geometry.transform.thin_plate_spline:get_tps_transform",
          "r^2 log r of close points underflows and the kernel system is solved in half: NaN; in float32"),
     _row("kornia.geometry.transform.thin_plate_spline:warp_image_tps",
-         "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32"),
+         "the same r^2 log r kernel on the pixel grid: NaN in float16; the sampling grid in float32 (evaluated in "
+         "bands of output rows, the same float32 values: RandomThinPlateSpline at 4x3x1024x1024 in a fraction of "
+         "the release's float32 memory)", evaluate=f"{__package__}._at_scale:warp_image_tps_in_bands",
+         evaluate_float32=True),
     _row("kornia.geometry.transform.thin_plate_spline:warp_points_tps",
          "the points' r^2 log r kernel distances and the two warp products in half: 2-3x the error of the float32 "
          "warp rounded once (and Tensor.matmul has no float16 CPU kernel in torch 2.1): in float32, narrowed once"),
