@@ -1358,22 +1358,23 @@ def _small_images_by_image(monkeypatch, path):
     return pixels
 
 
-def _spy_forwards(monkeypatch):
-    """The shapes of the images each release forward of the augmentation entry receives."""
+def _spy_forwards(monkeypatch, entry="_forward_by_images", named=False):
+    """The shapes of the images each release forward called by ``augmentation_pipeline``'s
+    ``entry`` receives (with the module's class name: ``named``)."""
     from kornia_halfpatch.fixes import augmentation_pipeline
 
     shapes = []
-    real = augmentation_pipeline._forward_by_images
+    real = getattr(augmentation_pipeline, entry)
 
     def spy(original, *rest):
         def counted(module, image, *args, **kwargs):
-            shapes.append(tuple(image.shape))
+            shapes.append((type(module).__name__, tuple(image.shape)) if named else tuple(image.shape))
             return original(module, image, *args, **kwargs)
 
         counted.__qualname__ = original.__qualname__
         return real(counted, *rest)
 
-    monkeypatch.setattr(augmentation_pipeline, "_forward_by_images", spy)
+    monkeypatch.setattr(augmentation_pipeline, entry, spy)
     return shapes
 
 
@@ -1759,6 +1760,29 @@ def _assert_same_state(got, expected, dtype, where):
                 assert same, (where, name, key)
 
 
+def _assert_container_is_the_release_float32_call(make, x, dtype, seed, inverse=False):
+    """``make()``'s call on the half ``x``, patched, against the release's float32 call of the
+    widened ``x`` under ``seed``: the output narrowed, every submodule's parameters and matrices,
+    the lazily composed ``transform_matrix`` (read on the release's first) and the random stream,
+    bit for bit; the inverse too where there is a matrix, or ``inverse``. (the release's module,
+    the patched output)"""
+    reference, expected, stream = _release_float32_call(make, x, seed)
+    with testing.isolated(only=()):
+        expected_matrix = getattr(reference, "transform_matrix", None)  # VideoSequential has none
+    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+        augment = make()
+        torch.manual_seed(seed)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype))
+        _assert_same_state(augment, reference, dtype, type(reference).__name__)
+        if expected_matrix is not None:
+            assert bitwise_equal(augment.transform_matrix, expected_matrix.to(dtype))
+        if expected_matrix is not None or inverse:  # the inverse reads the state the call left
+            assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+    return reference, got
+
+
 @pytest.mark.parametrize("path", ["chunks", "bands"])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(_containers()))
@@ -1780,22 +1804,7 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
     shapes = _spy_forwards(monkeypatch)
     boxes = _poisoned_copies(monkeypatch)  # a first child's crop reads a copy that starts as NaN
     x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
-    with testing.isolated(only=()):
-        reference = _containers()[name]()
-        torch.manual_seed(5)
-        expected = reference(x.float())
-        stream = torch.random.get_rng_state()
-        expected_matrix = reference.transform_matrix if hasattr(reference, "transform_matrix") else None
-    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
-        augment = _containers()[name]()
-        torch.manual_seed(5)
-        got = augment(x)
-        assert torch.equal(torch.random.get_rng_state(), stream)
-        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
-        _assert_same_state(augment, reference, dtype, name)
-        if expected_matrix is not None:
-            assert bitwise_equal(augment.transform_matrix, expected_matrix.to(dtype))
-            assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+    reference, _ = _assert_container_is_the_release_float32_call(_containers()[name], x, dtype, 5)
     if name == "a training pipeline" and _at_scale.modes_see_indexing():
         # its first child a crop: the container's copies filled where it samples
         assert boxes and sum((r[1] - r[0]) * (c[1] - c[0]) for r, c in boxes) < 7 * 96 * 100
@@ -1837,39 +1846,14 @@ def test_a_large_half_video_frame_by_frame_is_the_release_float32_call_bitwise(n
     frames, each given every child's rows of those frames. The output, every submodule's
     parameters and matrices and the random stream are the release's float32 call's (narrowed), in
     both data formats, one draw for all frames or each frame its own; no call sees a whole video."""
-    from kornia_halfpatch.fixes import augmentation_pipeline
-
     _small_images_by_image(monkeypatch, path)
-    calls = []
-    real = augmentation_pipeline._video_by_frames
-
-    def spy(original, *rest):
-        def counted(module, video, *args, **kwargs):
-            calls.append(tuple(video.shape))
-            return original(module, video, *args, **kwargs)
-
-        counted.__qualname__ = original.__qualname__
-        return real(counted, *rest)
-
-    monkeypatch.setattr(augmentation_pipeline, "_video_by_frames", spy)
+    calls = _spy_forwards(monkeypatch, "_video_by_frames")
     frames = torch.stack([torch.cat([image(5, 3, 96, seed=6 + k), image(5, 3, 96, seed=9 + k)[..., :4]], -1)
                           for k in range(3)])  # 3 videos of 5 frames, 96 x 100
     make = _videos()[name]
     x = (frames.transpose(1, 2) if make().data_format == "BCTHW" else frames).contiguous().to(dtype)
-    with testing.isolated(only=()):
-        reference = make()
-        torch.manual_seed(5)
-        expected = reference(x.float())
-        stream = torch.random.get_rng_state()
-    with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
-        augment = make()
-        torch.manual_seed(5)
-        got = augment(x)
-        assert torch.equal(torch.random.get_rng_state(), stream)
-        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
-        _assert_same_state(augment, reference, dtype, name)
-        if name == "warp and colour":  # the inverse reads the state the call left
-            assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
+    warps = name == "warp and colour"
+    reference, _ = _assert_container_is_the_release_float32_call(make, x, dtype, 5, inverse=warps)
     axis = 2 if make().data_format == "BCTHW" else 1
     if any(item.data["batch_prob"].shape != (15,) for item in reference._params):
         # 0.7.0 repeats a RandomCrop's parameters across frames only where it reads them: not one
@@ -1909,49 +1893,22 @@ def test_per_pixel_children_after_a_warp_go_in_float32_bands_of_rows(name, dtype
     (``_child_in_row_bands``). The output, every submodule's parameters and matrices, the inverse
     and the random stream are the release's float32 call's (narrowed); a user's float32 call of the
     same container never goes in bands (its bits are the release's call's, not merely equal)."""
-    from kornia_halfpatch.fixes import augmentation_pipeline
-
     _small_images_by_image(monkeypatch, "chunks")
-    bands = []
-    real = augmentation_pipeline._child_in_row_bands
-
-    def spy(original, module, args, kwargs):
-        def counted(module, image, *rest, **keywords):
-            bands.append((type(module).__name__, tuple(image.shape)))
-            return original(module, image, *rest, **keywords)
-
-        counted.__qualname__ = original.__qualname__
-        return real(counted, module, args, kwargs)
-
-    monkeypatch.setattr(augmentation_pipeline, "_child_in_row_bands", spy)
+    bands = _spy_forwards(monkeypatch, "_child_in_row_bands", named=True)
     x = torch.cat([image(6, 3, 96, seed=2), image(6, 3, 96, seed=3)[..., :4]], -1)  # 96 x 100
     x = (x.view(2, 3, 3, 96, 100) if name == "VideoSequential" else x).to(dtype)
     make = _warp_then_colour()[name]
-    with testing.isolated(only=()):
-        reference = make()
-        torch.manual_seed(7)
-        expected = reference(x.float())
-        stream = torch.random.get_rng_state()
-        # composed lazily, on first reading (VideoSequential has none)
-        expected_matrix = getattr(reference, "transform_matrix", None)
+    _assert_container_is_the_release_float32_call(make, x, dtype, 7, inverse=True)
+    # two images a chunk, each per-pixel child in six bands of 16 rows; a video's chunks are
+    # frames of one video (3 frames: two, then one, whose pixels are below a chunk's: whole)
+    per_chunk = [(child, (2, 3, 16, 100)) for child in ("ColorJiggle", "RandomGamma") for _ in range(6)]
+    assert bands == per_chunk * (2 if name == "VideoSequential" else 3)
+    bands.clear()
+    _, expected, _ = _release_float32_call(make, x, 7)
     with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
-        augment = make()
         torch.manual_seed(7)
-        got = augment(x)
-        assert torch.equal(torch.random.get_rng_state(), stream)
-        assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype)), name
-        _assert_same_state(augment, reference, dtype, name)
-        if expected_matrix is not None:
-            assert bitwise_equal(augment.transform_matrix, expected_matrix.to(dtype))
-        assert bitwise_equal(augment.inverse(got), reference.inverse(got.float()).to(dtype))
-        # two images a chunk, each per-pixel child in six bands of 16 rows; a video's chunks are
-        # frames of one video (3 frames: two, then one, whose pixels are below a chunk's: whole)
-        per_chunk = [(child, (2, 3, 16, 100)) for child in ("ColorJiggle", "RandomGamma") for _ in range(6)]
-        assert bands == per_chunk * (2 if name == "VideoSequential" else 3)
-        bands.clear()
-        torch.manual_seed(7)
-        own = augment(x.float())  # the user's float32 call: never in bands
-        assert not bands and bitwise_equal(own, expected)
+        own = make()(x.float())  # the user's float32 call: never in bands
+    assert not bands and bitwise_equal(own, expected)
 
 
 @pytest.mark.parametrize("policy", ["RandAugment", "AutoAugment"])
