@@ -1911,6 +1911,35 @@ def test_per_pixel_children_after_a_warp_go_in_float32_bands_of_rows(name, dtype
     assert not bands and bitwise_equal(own, expected)
 
 
+def test_a_per_pixel_child_whose_parameters_want_a_gradient_keeps_its_whole_call(monkeypatch):
+    """A container given parameters of which one wants a gradient (ColorJiggle's brightness
+    factors): the whole widened call, its children whole too (no bands), and the factors' gradient
+    is the release's float32 call's."""
+    _small_images_by_image(monkeypatch, "chunks")
+    bands = _spy_forwards(monkeypatch, "_child_in_row_bands", named=True)
+    augmentation = kornia.augmentation
+
+    def make():
+        return augmentation.AugmentationSequential(augmentation.RandomAffine(20.0, p=1.0),
+                                                   augmentation.ColorJiggle(0.3, 0.0, 0.0, 0.0, p=1.0))
+
+    x = torch.cat([image(6, 3, 96, seed=2), image(6, 3, 96, seed=3)[..., :4]], -1).to(torch.float16)
+    reference, _, _ = _release_float32_call(make, x, 3)
+
+    def gradient(image_in, patched):
+        params = [type(item)(item.name, {k: v.clone() for k, v in item.data.items()}) for item in reference._params]
+        factor = params[1].data["brightness_factor"].requires_grad_()
+        with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"] if patched else ()):
+            out = make()(image_in, params=params)
+        out.float().sum().backward()
+        return out, factor.grad
+
+    expected, expected_grad = gradient(x.float(), False)
+    got, grad = gradient(x, True)
+    assert got.dtype == torch.float16 and bitwise_equal(got.detach(), expected.detach().half())
+    assert torch.equal(grad, expected_grad) and not bands
+
+
 @pytest.mark.parametrize("policy", ["RandAugment", "AutoAugment"])
 def test_a_policy_s_per_pixel_operations_go_in_float32_bands_of_rows(policy, monkeypatch):
     """AutoAugment and RandAugment (0.7.4+) run on the widened half batch; inside, an operation

@@ -1433,6 +1433,9 @@ def _child_in_row_bands(original: Any, module: torch.nn.Module, args: tuple,
         return None
     if is_compiling() or torch.jit.is_tracing() or _float32_state(module):
         return None
+    if torch.is_grad_enabled() and (any(isinstance(v, torch.Tensor) and v.requires_grad for v in params.values())
+                                    or any(p.requires_grad for p in module.parameters())):
+        return None  # a gradient through the parameters: the child's whole graph
     if _rows_by_image(params, row, batch) is None:
         return None  # not the parameters of these images
     out: Optional[torch.Tensor] = None
