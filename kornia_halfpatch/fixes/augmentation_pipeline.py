@@ -460,20 +460,24 @@ def _per_image_slicer(original: Any, module: torch.nn.Module, args: tuple,
     splits = {"image" if row.planes or row.drawn else row.split for row in rows}
     split = "rows" if splits == {"rows"} else "grid" if len(rows) == 1 and splits == {"grid"} else "image"
 
-    def slicer(params: Any, batch: int) -> Optional[Callable[[int, int], Any]]:
-        if not isinstance(params, list) or not params:
-            return None
-        owns = []
-        for item in params:
-            child = children.get(getattr(item, "name", None))
-            row = _by_image(child) if child is not None else None
-            own = _own_rows(item.data, row, batch) if row is not None else None
-            if own is None:
-                return None
-            owns.append(own)
-        return lambda start, stop: [type(item)(item.name, own(start, stop)) for item, own in zip(params, owns)]
+    return (lambda params, batch: _children_rows(children, params, batch)), ByImage((), split=split)
 
-    return slicer, ByImage((), split=split)
+
+def _children_rows(children: Dict[str, Any], params: Any, batch: int) -> Optional[Callable[[int, int], Any]]:
+    """A container's drawn parameters (a list of ``ParamItem``s, one per child that ran) as
+    ``own(start, stop)``: every child's rows of images ``start`` to ``stop``; None where some
+    child's parameters are not one row per image."""
+    if not isinstance(params, list) or not params:
+        return None
+    owns = []
+    for item in params:
+        child = children.get(getattr(item, "name", None))
+        row = _by_image(child) if child is not None else None
+        own = _own_rows(item.data, row, batch) if row is not None else None
+        if own is None:
+            return None
+        owns.append(own)
+    return lambda start, stop: [type(item)(item.name, own(start, stop)) for item, own in zip(params, owns)]
 
 
 def _own_rows(params: Any, row: ByImage, batch: int) -> Optional[Callable[[int, int], Dict[str, Any]]]:
@@ -1346,14 +1350,7 @@ def _video_by_frames(original: Any, module: torch.nn.Module, args: tuple, kwargs
         return None
     params = module.forward_parameters(video.shape)
     images = videos * frames
-    owns = []
-    for item in params if isinstance(params, list) else ():
-        child = children.get(getattr(item, "name", None))
-        row = _by_image(child) if child is not None else None
-        own = _own_rows(item.data, row, images) if row is not None else None
-        if own is None:
-            break
-        owns.append(own)
+    own = _children_rows(children, params, images)
 
     def whole() -> Any:
         # drawn already: the whole float32 forward with these parameters, which keeps them as the
@@ -1362,7 +1359,7 @@ def _video_by_frames(original: Any, module: torch.nn.Module, args: tuple, kwargs
         module._params = params
         return output
 
-    if not isinstance(params, list) or not params or len(owns) != len(params):
+    if own is None:
         return whole()
     # Children that compute each pixel from its own (colour): bands of rows of a few frames a call,
     # whose float32 temporaries stay in cache (ROW_BAND_PIXELS: ColorJiggle whole images 0.40 s,
@@ -1378,7 +1375,7 @@ def _video_by_frames(original: Any, module: torch.nn.Module, args: tuple, kwargs
         for start in range(0, frames, group):
             stop = min(start + group, frames)
             first = index * frames
-            chunk_rows = [type(item)(item.name, own(first + start, first + stop)) for item, own in zip(params, owns)]
+            chunk_rows = own(first + start, first + stop)
             for top in range(0, height, band):
                 bottom = min(top + band, height)
                 part = video[index : index + 1].narrow(axis, start, stop - start).narrow(-2, top, bottom - top)
