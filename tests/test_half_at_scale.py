@@ -2884,3 +2884,113 @@ def test_a_large_half_jpeg_by_chunks_where_a_chunk_computes_what_the_batch_does(
     again, _ = augmented()
     assert bitwise_equal(again, expected.to(dtype))
     assert shapes == []
+
+
+def _diamond_square_module():
+    return sys.modules["kornia.contrib.diamond_square"]
+
+
+def _spy_diamond_steps(monkeypatch):
+    """The batch of every map the release's diamond-square step receives (the whole call's and
+    ``diamond_square_by_images``' read it from the module)."""
+    module = _diamond_square_module()
+    real = module._one_diamond_one_square
+    batches = []
+
+    def step(img, *arguments, **keywords):
+        batches.append(img.shape[0])
+        return real(img, *arguments, **keywords)
+
+    monkeypatch.setattr(module, "_one_diamond_one_square", step)
+    return batches
+
+
+def _small_diamond_steps(monkeypatch):
+    """Steps of maps from 33x33 taken as large, two images a step."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    monkeypatch.setattr(_at_scale, "DIAMOND_STEP_PIXELS", 33 * 33)
+    monkeypatch.setattr(_at_scale, "images_per_call", lambda: 2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", ["RandomPlasmaShadow", "RandomPlasmaBrightness", "RandomPlasmaContrast"])
+def test_a_half_plasma_augmentation_draws_its_fractal_a_few_images_a_step(name, dtype, mode, monkeypatch):
+    """The plasma augmentations' fractal (``diamond_square``) in the shim's float32 evaluation of a
+    half call: its large steps two images at a time (``diamond_square_by_images``). Output, random
+    stream and ``_params`` are the release's float32 call's, bit for bit, with images not applied;
+    the release's own steps take every applied map at once."""
+    _small_diamond_steps(monkeypatch)
+    x = image(6, 3, 40, seed=4)[..., :36].to(dtype)  # 40x36: maps of 65x65, steps from 33x33 to 65x65
+    make = lambda: getattr(kornia.augmentation, name)(p=0.7)  # noqa: E731
+    steps = _spy_diamond_steps(monkeypatch)
+    reference, expected, stream = _release_float32_call(make, x, 6)
+    applied = int((reference._params["batch_prob"] > 0.5).sum())
+    assert 2 < applied < 6
+    expected_steps = list(steps)
+    maps = applied * (1 if name == "RandomPlasmaShadow" else 3)  # a shade map an image, or one a channel
+    assert expected_steps and set(expected_steps) == {maps}  # the release's steps: every map at once
+    steps.clear()
+    with testing.isolated(only=["augmentation_pipeline"], cpu_half=mode):
+        augment = make()
+        torch.manual_seed(6)
+        got = augment(x)
+        assert torch.equal(torch.random.get_rng_state(), stream)
+    assert got.dtype == dtype and bitwise_equal(got, expected.to(dtype))
+    assert all(torch.equal(augment._params[k], v) for k, v in reference._params.items())
+    # five steps a fractal (maps of 5 to 65 pixels a side): the last two (33x33, 65x65) in twos
+    calls = len(expected_steps) // 5
+    in_twos = [2] * (maps // 2) + [1] * (maps % 2)
+    assert calls >= 1 and steps == ([maps] * 3 + in_twos * 2) * calls
+
+
+def test_diamond_square_by_images_is_the_release_call_bitwise(monkeypatch):
+    """``diamond_square_by_images`` against the release's ``diamond_square``: fractals of several
+    images and channels, sizes not a power of two plus one, roughness and scale as floats or one per
+    image, the same map (values and strides) and random stream, bit for bit; where it does not
+    take the call (another random function, a normalized range, float64, a gradient wanted, CUDA
+    draws), None, and the original runs."""
+    from kornia_halfpatch.fixes import _at_scale
+
+    _small_diamond_steps(monkeypatch)
+    with testing.isolated(only=()):
+        original = _diamond_square_module().diamond_square
+        cpu = torch.device("cpu")
+        cases = [((5, 1, 40, 36), torch.rand(5) * 0.6 + 0.1, 1.0), ((2, 3, 33, 70), 0.5, torch.tensor([0.7, 0.3])),
+                 ((3, 1, 64, 64), torch.tensor([0.4]), torch.rand(3)), ((4, 2, 100, 9), 0.25, 2)]
+        for size, roughness, scale in cases:
+            torch.manual_seed(11)
+            expected = original(size, roughness, scale, device=cpu, dtype=torch.float32)
+            after = torch.random.get_rng_state()
+            torch.manual_seed(11)
+            got = _at_scale.diamond_square_by_images(original, size, roughness, scale, device=cpu, dtype=torch.float32)
+            assert torch.equal(torch.random.get_rng_state(), after), size
+            assert got is not None and bitwise_equal(got, expected) and got.stride() == expected.stride(), size
+        size, wanted = (3, 1, 40, 40), torch.rand(3).requires_grad_()
+        for keywords in ({"random_fn": torch.randn}, {"normalize_range": (0.0, 1.0)}, {"dtype": torch.float64},
+                         {"device": None}, {"device": torch.device("meta")}, {"roughness": wanted}):
+            options = dict({"device": cpu, "dtype": torch.float32}, **keywords)
+            assert _at_scale.diamond_square_by_images(original, size, **options) is None, keywords
+
+
+def test_a_float32_plasma_outside_the_shim_s_evaluation_is_the_release_s_call(monkeypatch):
+    """A user's float32 plasma augmentation, and ``diamond_square`` called directly, are the
+    release's whole calls (every step the whole batch), bit for bit; float64 too."""
+    _small_diamond_steps(monkeypatch)
+    steps = _spy_diamond_steps(monkeypatch)
+    for dtype in (torch.float32, torch.float64):
+        x = image(5, 3, 40, seed=2).to(dtype)
+        with testing.isolated(only=()):
+            torch.manual_seed(4)
+            expected = kornia.augmentation.RandomPlasmaShadow(p=1.0)(x)
+            torch.manual_seed(4)
+            fractal = kornia.contrib.diamond_square((5, 1, 40, 40), 0.5, dtype=dtype)
+        steps.clear()
+        with testing.isolated(only=["augmentation_pipeline"]):
+            torch.manual_seed(4)
+            got = kornia.augmentation.RandomPlasmaShadow(p=1.0)(x)
+            torch.manual_seed(4)
+            direct = kornia.contrib.diamond_square((5, 1, 40, 40), 0.5, dtype=dtype)
+        assert steps and set(steps) == {5}
+        assert bitwise_equal(got, expected) and bitwise_equal(direct, fractal)

@@ -593,6 +593,79 @@ def warp_image_tps_in_bands(original: Any, dtype: torch.dtype, *arguments: Any,
     return out
 
 
+# Pixels of one map of a diamond-square step (its doubled map) from which the step goes a few images
+# at a time. A step holds about ten float32 maps of its output's size at once (the doubled map, the
+# padding compensation, the uniform draw and its scaling, two 3x3 filters and their masks): for the
+# last step of a 4x1x1024x1024 plasma, 10 x 16.8 MB, most of RandomPlasmaShadow's float32 memory
+# (305-327 MiB, where kornia 0.9.0's half call takes 252-297). Two images a step (torch's two
+# threads: one image alone leaves the depthwise filter on one thread, 0.29-0.41 s against the
+# whole batch's 0.30-0.41) took 206-217 MiB in 0.27-0.30 s (measured).
+DIAMOND_STEP_PIXELS = 1 << 18
+
+
+def diamond_square_by_images(original: Any, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
+    """kornia's ``diamond_square`` (the plasma augmentations' fractal; the same in 0.7.0-0.8.3)
+    with each large recursion step done a few images at a time (``images_per_call``), in float32
+    on CPU with the release's ``torch.rand``: the release's own seed and step functions, on each
+    image's rows of the map and of its scale. Every map value comes from its own image's values by
+    the same float32 operations, and torch's CPU ``rand`` draws element by element, so the images'
+    draws one after another are the batch's draw (tested): the map and the random stream are the
+    whole call's, bit for bit. None for anything else (the original then runs whole)."""
+    bound = _bound(original, arguments, keywords)
+    namespace = getattr(original, "__globals__", {})
+    seed, step = namespace.get("_diamond_square_seed"), namespace.get("_one_diamond_one_square")
+    if bound is None or not callable(seed) or not callable(step):
+        return None
+    size, roughness, random_scale = bound.get("output_size"), bound.get("roughness"), bound.get("random_scale")
+    random_fn, normalize_range = bound.get("random_fn"), bound.get("normalize_range")
+    device, dtype = bound.get("device"), bound.get("dtype")
+    if (not isinstance(size, (tuple, list)) or len(size) != 4
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in size)
+            or min(size[-2:]) < 3 or random_fn is not torch.rand or normalize_range is not None
+            or dtype != torch.float32 or device is None or torch.device(device).type != "cpu"
+            or _wants_gradient(roughness, random_scale)):
+        return None
+    samples = size[0] * size[1]
+    factors = []
+    for value in (random_scale, roughness):  # one per map, as the release shapes them
+        if isinstance(value, torch.Tensor):
+            if value.numel() not in (1, size[0]) or value.dtype != dtype or value.device.type != "cpu":
+                return None
+            value = value.reshape(-1, 1, 1, 1).expand(size[0], size[1], 1, 1).reshape(-1, 1, 1, 1)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = torch.Tensor([[[[value]]]]).to(device, dtype).expand(samples, 1, 1, 1)
+        else:
+            return None
+        factors.append(value)
+    random_scale, roughness = factors
+    width, height = size[-2:]
+    p2_width = 2 ** math.ceil(math.log2(width - 1)) + 1
+    p2_height = 2 ** math.ceil(math.log2(height - 1)) + 1
+    depth = int(min(math.log2(p2_width - 1) - 1, math.log2(p2_height - 1) - 1))
+    seed_width = (p2_width - 1) // 2**depth + 1
+    seed_height = (p2_height - 1) // 2**depth + 1
+    fractal = random_scale * seed(samples, seed_width, seed_height, random_fn, device, dtype)
+    scale = random_scale
+    group = images_per_call()
+    for _ in range(depth):
+        scale = scale * roughness
+        rows, columns = fractal.shape[-2:]
+        if samples <= group or (2 * rows - 1) * (2 * columns - 1) < DIAMOND_STEP_PIXELS:
+            fractal = step(fractal, scale, random_fn)
+            continue
+        doubled: Optional[torch.Tensor] = None
+        for start in range(0, samples, group):
+            part = step(fractal[start : start + group], scale[start : start + group], random_fn)
+            if not isinstance(part, torch.Tensor) or part.dim() != 4:
+                return None
+            if doubled is None:
+                doubled = torch.empty((samples,) + part.shape[1:], dtype=part.dtype, device=part.device)
+            doubled[start : start + group] = part
+            del part
+        fractal = doubled
+    return fractal[..., :width, :height].view(tuple(size))
+
+
 def per_thread_images(original: Any, dtype: torch.dtype, *arguments: Any, **keywords: Any) -> Optional[torch.Tensor]:
     """A warp (``warp_affine``, ``warp_perspective``, ``rotate``): as ``per_image``, the matrices
     and angles sliced with their image. A large image is called alone inside ``_LargeWarps``

@@ -57,7 +57,8 @@ from .._model import Finding, Fix, Target, bug_present, unsupported
 from .._precision import (FLOAT32_EVALUATION, autocast_half, autocast_off, float32_context, half_arithmetic,
                           in_float32_evaluation, native_half_arithmetic)
 from .._torch_compat import is_compiling
-from ._at_scale import HalfCropsResizedInFloat32, SampledSources, large_warps, takes_grid_bands, warp_in_grid_bands
+from ._at_scale import (HalfCropsResizedInFloat32, SampledSources, diamond_square_by_images, large_warps, takes_grid_bands,
+                        warp_in_grid_bands)
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 GEOMETRY_CLASSES = ("Boxes", "VideoBoxes", "Boxes3D", "Keypoints", "VideoKeypoints", "Keypoints3D")
@@ -1588,6 +1589,35 @@ def _entry(path: str, reason: str) -> Target:
     return Target((path,), build_entry_point, ("self",), optional=True, reason=reason)
 
 
+DIAMOND_SQUARE_PARAMETERS = ("output_size", "roughness", "random_scale", "random_fn", "normalize_range", "device", "dtype")
+
+
+def diamond_square_differs(original: Any) -> Optional[str]:
+    """What keeps ``diamond_square`` from being computed a few images a step: the release's
+    defaults and its seed and step functions, as 0.7.0-0.8.3 have them."""
+    helpers = getattr(original, "__globals__", {})
+    if not all(callable(helpers.get(name)) for name in ("_diamond_square_seed", "_one_diamond_one_square")):
+        return "no _diamond_square_seed/_one_diamond_one_square beside diamond_square"
+    if original.__defaults__ != (0.5, 1.0, torch.rand, None, None, None):
+        return f"diamond_square's defaults are {original.__defaults__}"
+    return None
+
+
+def build_diamond_square(original: Any) -> Any:
+    def diamond_square(output_size, roughness=0.5, random_scale=1.0, random_fn=torch.rand, normalize_range=None,
+                       device=None, dtype=None):
+        # Only inside the shim's float32 evaluation of a half plasma augmentation (a user's call
+        # is the release's): its last steps' float32 maps a few images at a time, bit for bit.
+        if not is_compiling() and not torch.jit.is_tracing() and in_float32_evaluation():
+            fractal = diamond_square_by_images(original, output_size, roughness, random_scale, random_fn,
+                                               normalize_range, device, dtype)
+            if fractal is not None:
+                return fractal
+        return original(output_size, roughness, random_scale, random_fn, normalize_range, device, dtype)
+
+    return diamond_square
+
+
 TARGETS = (
     _entry("kornia.augmentation.base:_BasicAugmentationBase.forward",
            "every 2D/3D augmentation's forward: " + WHOLESALE + "; ColorJiggle's gray-pixel hue is NaN in "
@@ -1622,6 +1652,11 @@ TARGETS = (
            "PatchSequential: the patches augmented in float32, narrowed once"),
     _entry("kornia.augmentation.container.patch:PatchSequential.inverse",
            "PatchSequential's inverse in float32, narrowed once"),
+    Target(("kornia.contrib.diamond_square:diamond_square",), build_diamond_square, DIAMOND_SQUARE_PARAMETERS,
+           optional=True, check=diamond_square_differs,
+           reason="the plasma augmentations' fractal in the float32 evaluation of a half call: its large steps a few "
+                  "images at a time (their float32 maps are most of RandomPlasmaShadow's memory), the same values "
+                  "and random stream as the whole call"),
 )
 
 
