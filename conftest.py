@@ -81,3 +81,22 @@ def cpu_half(request):
         kornia_halfpatch.revert(["networks_cpu_half"])
         kornia_halfpatch.apply(only=["networks_cpu_half"], cpu_half=request.param)
         yield request.param
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """tests/test_rows.py's tests, each fix's (and cpu_half mode's) together. Its module-scoped
+    ``fix_installed`` is set up again whenever the next test wants another value, and pytest's
+    own reordering keys a parametrised fixture by the parameter's position, not its value: it
+    grouped each target's tests, alternating the modes, and applied a fix 547 times for 28
+    distinct installs. A stable sort within the module keeps every other order as it was."""
+    slots = [i for i, item in enumerate(items) if "fix_installed" in getattr(getattr(item, "callspec", None), "params", {})]
+    if not slots:
+        return
+    first_seen = {}
+    for i in slots:
+        first_seen.setdefault((items[i].path, repr(items[i].callspec.params["fix_installed"])), len(first_seen))
+    grouped = sorted((items[i] for i in slots),
+                     key=lambda item: (str(item.path), first_seen[(item.path, repr(item.callspec.params["fix_installed"]))]))
+    for i, item in zip(slots, grouped):
+        items[i] = item

@@ -579,6 +579,25 @@ def _matrices(sigma):
 SPACE_OF = {"lab_to_rgb": "rgb_to_lab", "luv_to_rgb": "rgb_to_luv", "hsv_to_rgb": "rgb_to_hsv"}
 
 
+@functools.lru_cache(maxsize=None)
+def _evaluated_release(name, dtype):
+    """The half inputs of an evaluated call and the release's float32 call on them narrowed: the
+    same for both modes and both numbers of images per call (one unpatched cycle of the shim and
+    the call, of each test's four)."""
+    x = _gray_and_color()
+    with testing.isolated(only=()):
+        if name in SPACE_OF:
+            x = getattr(kornia.color, SPACE_OF[name])(x)
+        if "0-255" in name:
+            x = x * 255  # 8-bit range: float16 squares of the unnormalised gradients pass 65504
+        x = x.to(dtype)
+        other = (_gray_and_color(seed=9) * 0.9).to(dtype)
+        sigma = torch.tensor([[1.5, 1.5], [2.0, 1.0], [0.8, 3.0]]).to(dtype)
+        matrices = _matrices(sigma.float()).to(dtype)
+        expected = EVALUATED[name](x.float(), other.float(), sigma.float(), matrices.float()).to(dtype)
+    return (x, other, sigma, matrices), expected
+
+
 @pytest.mark.parametrize("images_per_call", [1, 2])  # three images: one call each; two calls
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
@@ -587,21 +606,11 @@ def test_an_evaluated_half_call_is_the_release_float32_narrowed_bitwise(name, dt
     from kornia_halfpatch.fixes import _at_scale
 
     monkeypatch.setattr(_at_scale, "images_per_call", lambda: images_per_call)
-    x = _gray_and_color()
-    if name in SPACE_OF:
-        with testing.isolated(only=()):
-            x = getattr(kornia.color, SPACE_OF[name])(x)
-    if "0-255" in name:
-        x = x * 255  # 8-bit range: float16 squares of the unnormalised gradients pass 65504
-    x = x.to(dtype)
-    other = (_gray_and_color(seed=9) * 0.9).to(dtype)
-    sigma = torch.tensor([[1.5, 1.5], [2.0, 1.0], [0.8, 3.0]]).to(dtype)
-    matrices = _matrices(sigma.float()).to(dtype)
+    inputs, expected = _evaluated_release(name, dtype)
+    inputs = [t.clone() for t in inputs]  # the cached inputs stay as made, whatever a call writes
     call = EVALUATED[name]
-    with testing.isolated(only=()):
-        expected = call(x.float(), other.float(), sigma.float(), matrices.float()).to(dtype)
     with testing.isolated(only=ONLY + ["warp_geometry", "warp_sampling"], cpu_half=mode):
-        got = call(x, other, sigma, matrices)
+        got = call(*inputs)
     assert got.dtype == dtype and got.shape == expected.shape
     assert bitwise_equal(got, expected), name
 
@@ -1388,6 +1397,22 @@ def _spy_forwards(monkeypatch, entry="_forward_by_images", named=False):
     return shapes
 
 
+@functools.lru_cache(maxsize=None)
+def _release_by_image(name, dtype):
+    """The release's augmentation (its ``_params`` and matrix as its float32 call left them), that
+    call's output on the test's half batch widened (or the error it raised) and the random stream
+    after it: the same for chunks and bands."""
+    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)
+    with testing.isolated(only=()):
+        reference = _augmentations()[name]()
+        torch.manual_seed(5)
+        try:
+            expected = reference(x.float())
+        except Exception as refused:  # noqa: BLE001 - asserted to be the patched call's error
+            return reference, refused, None
+        return reference, expected, torch.random.get_rng_state()
+
+
 @pytest.mark.parametrize("path", ["chunks", "bands"])
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", list(_augmentations()))
@@ -1412,20 +1437,16 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     boxes = _poisoned_copies(monkeypatch)  # a crop's copies start as NaN: only what it reads is filled
     monkeypatch.setattr(augmentation_pipeline, "_REFUSED_HALF", set())  # asked again in this test
     x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
-    with testing.isolated(only=()):
-        reference = _augmentations()[name]()
-        geometric = isinstance(reference, kornia.augmentation.GeometricAugmentationBase2D)
-        torch.manual_seed(5)
-        try:
-            expected = reference(x.float())
-        except Exception as refused:  # noqa: BLE001 - 0.7.2's RandomJPEG: sides not multiples of 16
-            with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
-                torch.manual_seed(5)
-                with pytest.raises(type(refused)) as patched:
-                    _augmentations()[name]()(x)
-            assert str(patched.value) == str(refused)  # the release's own error, the whole batch's
-            return
-        stream = torch.random.get_rng_state()
+    reference, expected, stream = _release_by_image(name, dtype)
+    geometric = isinstance(reference, kornia.augmentation.GeometricAugmentationBase2D)
+    if isinstance(expected, Exception):  # 0.7.2's RandomJPEG: sides not multiples of 16
+        refused = expected
+        with testing.isolated(only=["augmentation_pipeline", "warp_geometry", "warp_sampling"]):
+            torch.manual_seed(5)
+            with pytest.raises(type(refused)) as patched:
+                _augmentations()[name]()(x)
+        assert str(patched.value) == str(refused)  # the release's own error, the whole batch's
+        return
     if name.split()[0] in augmentation_pipeline.COMPUTED_IN_HALF:
         # a filter that 0.9.0 convolves in half does so in the native mode (tested below)
         monkeypatch.setenv("KORNIA_HALFPATCH_CPU_HALF", "float32")
