@@ -91,12 +91,10 @@ def pytest_collection_modifyitems(items):
     grouped each target's tests, alternating the modes, and applied a fix 547 times for 28
     distinct installs. A stable sort within the module keeps every other order as it was."""
     slots = [i for i, item in enumerate(items) if "fix_installed" in getattr(getattr(item, "callspec", None), "params", {})]
-    if not slots:
-        return
     first_seen = {}
     for i in slots:
         first_seen.setdefault((items[i].path, repr(items[i].callspec.params["fix_installed"])), len(first_seen))
     grouped = sorted((items[i] for i in slots),
-                     key=lambda item: (str(item.path), first_seen[(item.path, repr(item.callspec.params["fix_installed"]))]))
+                     key=lambda item: first_seen[item.path, repr(item.callspec.params["fix_installed"])])
     for i, item in zip(slots, grouped):
         items[i] = item

@@ -34,6 +34,11 @@ def image(batch=2, channels=3, size=96, seed=0):
     return torch.rand(batch, channels, size, size, generator=g) * 0.5 + ramp
 
 
+def _batch_by_image(dtype):
+    """Seven 3 x 96 x 100 images in ``dtype``: two seeds' images side by side, cut to 100 columns."""
+    return torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)
+
+
 # A bilinear resize computed from the rows it reads (``resized_from_rows_read``) is not torch's one
 # pass: its float32 values differ in up to a third of the elements (by float32 roundings), its
 # narrowed values by 1 half ulp in 2.9e-5 of the elements over 300 random crops (float16; bfloat16
@@ -1402,7 +1407,7 @@ def _release_by_image(name, dtype):
     """The release's augmentation (its ``_params`` and matrix as its float32 call left them), that
     call's output on the test's half batch widened (or the error it raised) and the random stream
     after it: the same for chunks and bands."""
-    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)
+    x = _batch_by_image(dtype)
     with testing.isolated(only=()):
         reference = _augmentations()[name]()
         torch.manual_seed(5)
@@ -1436,7 +1441,7 @@ def test_a_large_half_augmentation_image_by_image_is_the_release_float32_call_bi
     shapes = _spy_forwards(monkeypatch)
     boxes = _poisoned_copies(monkeypatch)  # a crop's copies start as NaN: only what it reads is filled
     monkeypatch.setattr(augmentation_pipeline, "_REFUSED_HALF", set())  # asked again in this test
-    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    x = _batch_by_image(dtype)
     reference, expected, stream = _release_by_image(name, dtype)
     geometric = isinstance(reference, kornia.augmentation.GeometricAugmentationBase2D)
     if isinstance(expected, Exception):  # 0.7.2's RandomJPEG: sides not multiples of 16
@@ -1557,7 +1562,7 @@ def test_motion_blur_convolves_in_half_where_the_dtype_is_native(dtype, path, bo
 
     monkeypatch.setattr(filters_conv_hang, "native_half_arithmetic", spy)
     monkeypatch.setattr(augmentation_pipeline, "native_half_arithmetic", spy)
-    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    x = _batch_by_image(dtype)
 
     def make():
         return kornia.augmentation.RandomMotionBlur(sides, 35.0, 0.5, border_type=border, p=0.6)
@@ -1615,7 +1620,7 @@ def test_resized_crop_resizes_in_half_where_the_dtype_is_native(dtype, monkeypat
         return result
 
     monkeypatch.setattr(augmentation_pipeline, "_release_half_forward", spy)
-    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    x = _batch_by_image(dtype)
 
     def make():
         return kornia.augmentation.RandomResizedCrop((48, 50), p=1.0)
@@ -1834,7 +1839,7 @@ def test_a_container_image_by_image_is_the_release_float32_call_bitwise(name, dt
         pytest.skip("the broadcast grid is not torch's here: no bands")
     shapes = _spy_forwards(monkeypatch)
     boxes = _poisoned_copies(monkeypatch)  # a first child's crop reads a copy that starts as NaN
-    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    x = _batch_by_image(dtype)
     reference, _ = _assert_container_is_the_release_float32_call(_containers()[name], x, dtype, 5)
     if name == "a training pipeline" and _at_scale.modes_see_indexing():
         # its first child a crop: the container's copies filled where it samples
@@ -2036,7 +2041,7 @@ def test_a_large_half_mixup_in_bands_of_rows_is_the_release_float32_call_bitwise
     parameters, data keys or labels: the whole call."""
     _small_images_by_image(monkeypatch, "bands")
     shapes = _spy_mix_forwards(monkeypatch)
-    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    x = _batch_by_image(dtype)
     with testing.isolated(only=()):
         reference = kornia.augmentation.RandomMixUpV2(p=p)
         torch.manual_seed(5)
@@ -2080,7 +2085,7 @@ def test_a_large_half_cutmix_moves_the_half_values_as_the_release_float32_call(d
     which 0.7.0-0.8.2 refuse, is moved as the same bits viewed as float16."""
     _small_images_by_image(monkeypatch, "bands")
     shapes = _spy_mix_forwards(monkeypatch)
-    x = torch.cat([image(7, 3, 96, seed=6), image(7, 3, 96, seed=7)[..., :4]], -1).to(dtype)  # 96 x 100
+    x = _batch_by_image(dtype)
     x[0, 0, 0, 0] = float("nan")  # copied as it is, wherever it goes
     make = lambda: kornia.augmentation.RandomCutMixV2(num_mix=2, cut_size=(0.3, 0.7), p=p)
     with testing.isolated(only=()):
